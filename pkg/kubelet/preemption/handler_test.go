@@ -1,0 +1,247 @@
+package preemption
+
+import (
+	"errors"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/record"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+)
+
+// A small cast of pods, named for what they are.
+func castPod(name string, cpu, mem string, guaranteed bool, priority *int32) *v1.Pod {
+	pod := &v1.Pod{}
+	pod.Name, pod.Namespace, pod.UID = name, "default", k8stypes.UID("uid-"+name)
+	c := v1.Container{Name: "main"}
+	if cpu != "" {
+		c.Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
+		if guaranteed {
+			c.Resources.Limits = c.Resources.Requests.DeepCopy()
+		}
+	}
+	pod.Spec.Containers = []v1.Container{c}
+	pod.Spec.Priority = priority
+	return pod
+}
+
+func ptr[T any](v T) *T { return &v }
+
+var (
+	bestEffortPod    = castPod("best-effort", "", "", false, nil)
+	smallBurstable   = castPod("small-burstable", "100m", "100Mi", false, nil)
+	largeBurstable   = castPod("large-burstable", "300m", "300Mi", false, nil)
+	smallGuaranteed  = castPod("small-guaranteed", "100m", "100Mi", true, nil)
+	largeGuaranteed  = castPod("large-guaranteed", "300m", "300Mi", true, nil)
+	clusterCritPod   = withNamespace(castPod("cluster-critical", "100m", "100Mi", false, ptr(clusterCrit)), "kube-system")
+	nodeCritPod      = withNamespace(castPod("node-critical", "100m", "100Mi", false, ptr(nodeCrit)), "kube-system")
+	nonCriticalAdmit = castPod("plain", "100m", "100Mi", true, nil)
+	mi               = int64(1 << 20)
+	otherFailure     = &lifecycle.PredicateFailureError{PredicateName: "NodeAffinity", PredicateDesc: "node(s) didn't match Pod's node affinity/selector"}
+	insufficientOf   = func(name v1.ResourceName, amount int64) lifecycle.PredicateFailureReason {
+		return &lifecycle.InsufficientResourceError{ResourceName: name, Requested: amount, Used: 0, Capacity: 0}
+	}
+)
+
+func withNamespace(p *v1.Pod, ns string) *v1.Pod { p.Namespace = ns; return p }
+
+func TestHandleAdmissionFailureScenarios(t *testing.T) {
+	tests := []struct {
+		name        string
+		admit       *v1.Pod
+		pods        []*v1.Pod
+		reasons     []lifecycle.PredicateFailureReason
+		op          lifecycle.Operation
+		resizeGate  bool
+		killFails   bool
+		wantErr     bool
+		wantKilled  []string
+		wantReasons []string
+	}{
+		{
+			name:  "a critical pod cannot preempt another critical pod of the same priority",
+			admit: clusterCritPod, pods: []*v1.Pod{clusterCritPod},
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1)},
+			wantErr: true,
+		},
+		{
+			name:  "a non-critical pod keeps its reasons and preempts nothing",
+			admit: nonCriticalAdmit, pods: []*v1.Pod{smallBurstable},
+			reasons:     []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, mi)},
+			wantReasons: []string{"Insufficient memory"},
+		},
+		{
+			name:  "a BestEffort pod frees no memory, so the need cannot be met",
+			admit: clusterCritPod, pods: []*v1.Pod{bestEffortPod},
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, mi)},
+			wantErr: true,
+		},
+		{
+			name:       "Guaranteed is preempted only for what Burstable and BestEffort cannot free",
+			admit:      clusterCritPod,
+			pods:       []*v1.Pod{clusterCritPod, bestEffortPod, smallBurstable, largeBurstable, smallGuaranteed, largeGuaranteed},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, 550*mi)},
+			wantKilled: []string{"large-burstable", "large-guaranteed"},
+		},
+		{
+			name:       "a failed kill is logged and the pod admitted all the same",
+			admit:      clusterCritPod,
+			pods:       []*v1.Pod{clusterCritPod, bestEffortPod, smallBurstable, largeBurstable, smallGuaranteed, largeGuaranteed},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, 550*mi)},
+			killFails:  true,
+			wantKilled: []string{"large-burstable", "large-guaranteed"},
+		},
+		{
+			name:  "a non-critical pod keeps every reason",
+			admit: nonCriticalAdmit, pods: []*v1.Pod{smallBurstable},
+			reasons:     []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, mi), otherFailure},
+			wantReasons: []string{"Insufficient memory", otherFailure.GetReason()},
+		},
+		{
+			name:  "a critical pod failing for other reasons gets only those back",
+			admit: clusterCritPod, pods: []*v1.Pod{clusterCritPod},
+			reasons:     []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1), otherFailure},
+			wantReasons: []string{otherFailure.GetReason()},
+		},
+		{
+			name:  "a resize is left to the scheduler when the gate is on",
+			admit: clusterCritPod, pods: []*v1.Pod{largeBurstable},
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, 100*mi)},
+			op:      lifecycle.ResizeOperation, resizeGate: true,
+			wantReasons: []string{"Insufficient memory"},
+		},
+		{
+			name:  "a resize preempts when the gate is off",
+			admit: clusterCritPod, pods: []*v1.Pod{largeBurstable},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, 100*mi)},
+			op:         lifecycle.ResizeOperation,
+			wantKilled: []string{"large-burstable"},
+		},
+		{
+			name:    "no requirements: nothing to do",
+			admit:   clusterCritPod,
+			reasons: nil,
+		},
+		{
+			name:    "no pods to preempt",
+			admit:   clusterCritPod,
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1)},
+			wantErr: true,
+		},
+		{
+			name:  "a pod that exactly covers the need",
+			admit: clusterCritPod, pods: []*v1.Pod{smallBurstable},
+			reasons: []lifecycle.PredicateFailureReason{
+				insufficientOf(v1.ResourceCPU, 100), insufficientOf(v1.ResourceMemory, 100*mi), insufficientOf(v1.ResourcePods, 1)},
+			wantKilled: []string{"small-burstable"},
+		},
+		{
+			name:  "a need larger than the pod",
+			admit: clusterCritPod, pods: []*v1.Pod{smallBurstable},
+			reasons: []lifecycle.PredicateFailureReason{
+				insufficientOf(v1.ResourceCPU, 200), insufficientOf(v1.ResourceMemory, 200*mi), insufficientOf(v1.ResourcePods, 2)},
+			wantErr: true,
+		},
+		{
+			name:  "BestEffort goes before Burstable",
+			admit: clusterCritPod, pods: []*v1.Pod{smallBurstable, bestEffortPod},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1)},
+			wantKilled: []string{"best-effort"},
+		},
+		{
+			name:  "Burstable goes before Guaranteed",
+			admit: clusterCritPod, pods: []*v1.Pod{smallBurstable, smallGuaranteed},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1)},
+			wantKilled: []string{"small-burstable"},
+		},
+		{
+			name:  "the smaller Burstable pod when it is enough",
+			admit: clusterCritPod, pods: []*v1.Pod{bestEffortPod, largeBurstable, smallBurstable},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 100), insufficientOf(v1.ResourceMemory, 100*mi)},
+			wantKilled: []string{"small-burstable"},
+		},
+		{
+			name:  "the larger Burstable pod when the smaller is not enough",
+			admit: clusterCritPod, pods: []*v1.Pod{bestEffortPod, smallBurstable, largeBurstable},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 150), insufficientOf(v1.ResourceMemory, 150*mi)},
+			wantKilled: []string{"large-burstable"},
+		},
+		{
+			name:  "several pods when one is not enough",
+			admit: clusterCritPod, pods: []*v1.Pod{bestEffortPod, smallBurstable, largeBurstable, smallGuaranteed, largeGuaranteed},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 350), insufficientOf(v1.ResourceMemory, 350*mi)},
+			wantKilled: []string{"large-burstable", "small-burstable"},
+		},
+		{
+			name:  "node-critical preempts cluster-critical",
+			admit: nodeCritPod, pods: []*v1.Pod{clusterCritPod},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 100)},
+			wantKilled: []string{"cluster-critical"},
+		},
+		{
+			name:  "cluster-critical cannot preempt node-critical",
+			admit: clusterCritPod, pods: []*v1.Pod{nodeCritPod},
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 100)},
+			wantErr: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.InPlacePodVerticalScalingSchedulerPreemption, tc.resizeGate)
+			var killed []string
+			rec := record.NewFakeRecorder(100)
+			h := NewCriticalPodAdmissionHandler(
+				func() []*v1.Pod { return tc.pods },
+				func(pod *v1.Pod, evicted bool, grace *int64, fn func(*v1.PodStatus)) error {
+					killed = append(killed, pod.Name)
+					if tc.killFails {
+						return errors.New("kill failed")
+					}
+					return nil
+				}, rec)
+			op := tc.op
+			if op == "" {
+				op = lifecycle.AddOperation
+			}
+			_, ctx := ktesting.NewTestContext(t)
+			reasons, err := h.HandleAdmissionFailure(ctx, tc.admit, tc.reasons, op)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want error: %v", err, tc.wantErr)
+			}
+			if err != nil && len(killed) > 0 {
+				t.Fatalf("refused admission but killed %v", killed)
+			}
+			if !equalStrings(killed, tc.wantKilled) {
+				t.Errorf("killed %v, want %v", killed, tc.wantKilled)
+			}
+			var got []string
+			for _, r := range reasons {
+				got = append(got, r.GetReason())
+			}
+			if !equalStrings(got, tc.wantReasons) {
+				t.Errorf("reasons %v, want %v", got, tc.wantReasons)
+			}
+			if len(rec.Events) != len(tc.wantKilled) {
+				t.Errorf("%d events, want one per victim (%d)", len(rec.Events), len(tc.wantKilled))
+			}
+		})
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,192 @@
+package victims
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Select returns the candidates to preempt, as indexes into cands in the
+// order they should be preempted, so that their requests cover every
+// requirement. It returns an *UnmetError when even all candidates together
+// cannot cover the need, and an *InputError for malformed input; in both
+// cases nothing may be preempted.
+func Select(policy Policy, reqs []Requirement, cands []Candidate) ([]int, error) {
+	if err := validate(reqs, cands); err != nil {
+		return nil, err
+	}
+	switch policy {
+	case PolicyUpstream:
+		return selectUpstream(reqs, cands, nil)
+	case PolicyPriority:
+		return selectPriority(reqs, cands)
+	}
+	_, err := ParsePolicy(string(policy))
+	return nil, err
+}
+
+func validate(reqs []Requirement, cands []Candidate) error {
+	for i, c := range cands {
+		if c.QOS < BestEffort || c.QOS > Guaranteed {
+			return &InputError{Candidate: i, Reason: fmt.Sprintf("unknown QoS class %v", c.QOS)}
+		}
+		if len(c.Requests) != len(reqs) {
+			return &InputError{Candidate: i, Reason: fmt.Sprintf("%d requests for %d requirements", len(c.Requests), len(reqs))}
+		}
+		for j, v := range c.Requests {
+			if v < 0 {
+				return &InputError{Candidate: i, Reason: fmt.Sprintf("negative request %d for %s", v, reqs[j].Resource)}
+			}
+		}
+		if c.Memory < 0 || c.CPU < 0 {
+			return &InputError{Candidate: i, Reason: fmt.Sprintf("negative memory (%d) or cpu (%d) request", c.Memory, c.CPU)}
+		}
+	}
+	return nil
+}
+
+// selectUpstream is the stock kubelet's choice among the candidates that
+// keep(i) allows (all when keep is nil): preempt Guaranteed pods only for
+// what all Burstable and BestEffort pods together cannot free, then
+// Burstable pods for what BestEffort pods and the chosen Guaranteed ones
+// cannot, then BestEffort pods for the rest. The result lists BestEffort,
+// then Burstable, then Guaranteed victims, each in the order chosen.
+func selectUpstream(reqs []Requirement, cands []Candidate, keep func(int) bool) ([]int, error) {
+	var class [Guaranteed + 1][]int
+	for i, c := range cands {
+		if keep == nil || keep(i) {
+			class[c.QOS] = append(class[c.QOS], i)
+		}
+	}
+	need := make([]int64, len(reqs))
+	for j, r := range reqs {
+		need[j] = max(r.Quantity, 0)
+	}
+	be, bu, gu := class[BestEffort], class[Burstable], class[Guaranteed]
+
+	if rest := freed(need, cands, be, bu, gu); open(rest) {
+		return nil, unmet(reqs, rest)
+	}
+	// The check above guarantees that each pass can finish: the pods it may
+	// take cover what the other classes leave.
+	guVictims, err := closest(cands, gu, freed(need, cands, be, bu))
+	if err != nil {
+		return nil, err
+	}
+	buVictims, err := closest(cands, bu, freed(need, cands, be, guVictims))
+	if err != nil {
+		return nil, err
+	}
+	beVictims, err := closest(cands, be, freed(need, cands, buVictims, guVictims))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(beVictims)+len(buVictims)+len(guVictims))
+	out = append(out, beVictims...)
+	out = append(out, buVictims...)
+	return append(out, guVictims...), nil
+}
+
+// freed returns what remains of need once the given pods are preempted, with
+// met requirements at 0. It stops subtracting once a requirement is met, so
+// huge requests cannot overflow.
+func freed(need []int64, cands []Candidate, groups ...[]int) []int64 {
+	rest := append([]int64(nil), need...)
+	for j := range rest {
+		for _, g := range groups {
+			for _, i := range g {
+				if rest[j] <= 0 {
+					break
+				}
+				rest[j] -= cands[i].Requests[j]
+			}
+		}
+		rest[j] = max(rest[j], 0)
+	}
+	return rest
+}
+
+func open(rest []int64) bool {
+	for _, v := range rest {
+		if v > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// closest picks pods of one class, in the given order, until need is met:
+// each round the pod nearest the remaining need (see distance), ties going
+// to the smaller pod.
+func closest(cands []Candidate, pods []int, need []int64) ([]int, error) {
+	if !open(need) {
+		return nil, nil
+	}
+	dims := len(need)
+	x := make([]int64, len(pods)*dims)
+	memory := make([]int64, len(pods))
+	cpu := make([]int64, len(pods))
+	for k, i := range pods {
+		copy(x[k*dims:], cands[i].Requests)
+		memory[k], cpu[k] = cands[i].Memory, cands[i].CPU
+	}
+	ix := newIndex(dims, x, memory, cpu, need)
+	var out []int
+	for open(need) {
+		p := ix.best(need)
+		if p < 0 {
+			return nil, fmt.Errorf("victims: candidates ran out with %v still needed", need)
+		}
+		out = append(out, pods[p])
+		for j := range need {
+			if need[j] > 0 {
+				need[j] = max(need[j]-x[int(p)*dims+j], 0)
+			}
+		}
+		ix.remove(p)
+	}
+	return out, nil
+}
+
+func unmet(reqs []Requirement, rest []int64) *UnmetError {
+	e := &UnmetError{}
+	for j, v := range rest {
+		if v > 0 {
+			e.Unmet = append(e.Unmet, Requirement{Resource: reqs[j].Resource, Quantity: v})
+		}
+	}
+	return e
+}
+
+// selectPriority finds the lowest priority P such that the candidates at or
+// below P cover the need, and chooses among those as the stock kubelet does.
+// Any pod it preempts has priority <= P, and the need cannot be met below P,
+// so no pod is preempted where pods of lower priority alone would do.
+func selectPriority(reqs []Requirement, cands []Candidate) ([]int, error) {
+	order := make([]int, len(cands))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return cands[order[a]].Priority < cands[order[b]].Priority })
+	need := make([]int64, len(reqs))
+	for j, r := range reqs {
+		need[j] = max(r.Quantity, 0)
+	}
+	ceiling := int64(math.MinInt64)
+	rest := need
+	for k := 0; k < len(order) && open(rest); {
+		p := cands[order[k]].Priority
+		var tier []int
+		for ; k < len(order) && cands[order[k]].Priority == p; k++ {
+			tier = append(tier, order[k])
+		}
+		rest = freed(rest, cands, tier)
+		ceiling = int64(p)
+	}
+	if open(rest) || ceiling == math.MinInt64 {
+		// Either nothing can cover the need, or nothing is needed: the
+		// upstream rule reports both the same way.
+		return selectUpstream(reqs, cands, nil)
+	}
+	return selectUpstream(reqs, cands, func(i int) bool { return int64(cands[i].Priority) <= ceiling })
+}
