@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -16,17 +17,22 @@ import (
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/kubelet/events"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	stock "k8s.io/kubernetes/pkg/kubelet/preemption"
+
+	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
 )
 
-// admission is everything one HandleAdmissionFailure call did.
-type admission struct {
-	reasons   []string
-	err       string
-	kills     []kill
-	events    []string
-	signature [][]string // per victim: what makes victims interchangeable
+// outcome is everything one HandleAdmissionFailure call did.
+type outcome struct {
+	reasons []string
+	err     string
+	kills   []kill
+	events  []string
+	// preemptorEvents are left out of comparisons.
+	preemptorEvents []string
+	signature       [][]string // per victim: what makes victims interchangeable
 }
 
 type kill struct {
@@ -45,8 +51,8 @@ type handler interface {
 func failKill(pod *v1.Pod) bool { return len(pod.Name)%7 == 3 }
 
 func run(newHandler func(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error, rec record.EventRecorder) handler,
-	admitPod *v1.Pod, pods []*v1.Pod, reasons []lifecycle.PredicateFailureReason, op lifecycle.Operation, killErrors bool) admission {
-	var out admission
+	admitPod *v1.Pod, pods []*v1.Pod, reasons []lifecycle.PredicateFailureReason, op lifecycle.Operation, killErrors bool) outcome {
+	var out outcome
 	rec := record.NewFakeRecorder(len(pods) + 10)
 	h := newHandler(
 		func() []*v1.Pod { return append([]*v1.Pod(nil), pods...) },
@@ -73,7 +79,13 @@ func run(newHandler func(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int
 	}
 	close(rec.Events)
 	for e := range rec.Events {
-		out.events = append(out.events, e)
+		// critlet adds one event on the critical pod; the stock kubelet has
+		// none there. Victims' events must match exactly.
+		if strings.HasPrefix(e, v1.EventTypeWarning+" "+events.PreemptContainer+" ") {
+			out.events = append(out.events, e)
+		} else {
+			out.preemptorEvents = append(out.preemptorEvents, e)
+		}
 	}
 	return out
 }
@@ -93,12 +105,13 @@ func stockHandler(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, fun
 }
 
 func critletHandler(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error, rec record.EventRecorder) handler {
-	return NewCriticalPodAdmissionHandler(getPods, kill, rec)
+	return newHandler(getPods, kill, rec, options.Upstream())
 }
 
-// compare reports whether critlet's admission equals the stock one exactly,
+// compare reports whether critlet's outcome equals the stock one exactly,
 // or up to interchangeable victims; anything else is a mismatch.
-func compare(want, got admission) (exact bool, err error) {
+func compare(want, got outcome) (exact bool, err error) {
+	want.preemptorEvents, got.preemptorEvents = nil, nil
 	if reflect.DeepEqual(want, got) {
 		return true, nil
 	}

@@ -2,6 +2,7 @@ package preemption
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+
+	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
 )
 
 // A small cast of pods, named for what they are.
@@ -196,7 +199,7 @@ func TestHandleAdmissionFailureScenarios(t *testing.T) {
 			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.InPlacePodVerticalScalingSchedulerPreemption, tc.resizeGate)
 			var killed []string
 			rec := record.NewFakeRecorder(100)
-			h := NewCriticalPodAdmissionHandler(
+			h := newHandler(
 				func() []*v1.Pod { return tc.pods },
 				func(pod *v1.Pod, evicted bool, grace *int64, fn func(*v1.PodStatus)) error {
 					killed = append(killed, pod.Name)
@@ -204,7 +207,7 @@ func TestHandleAdmissionFailureScenarios(t *testing.T) {
 						return errors.New("kill failed")
 					}
 					return nil
-				}, rec)
+				}, rec, options.Upstream())
 			op := tc.op
 			if op == "" {
 				op = lifecycle.AddOperation
@@ -227,8 +230,20 @@ func TestHandleAdmissionFailureScenarios(t *testing.T) {
 			if !equalStrings(got, tc.wantReasons) {
 				t.Errorf("reasons %v, want %v", got, tc.wantReasons)
 			}
-			if len(rec.Events) != len(tc.wantKilled) {
-				t.Errorf("%d events, want one per victim (%d)", len(rec.Events), len(tc.wantKilled))
+			close(rec.Events)
+			var victimEvents, preemptorEvents int
+			for e := range rec.Events {
+				if strings.HasPrefix(e, "Warning Preempting ") {
+					victimEvents++
+				} else {
+					preemptorEvents++
+				}
+			}
+			if victimEvents != len(tc.wantKilled) {
+				t.Errorf("%d victim events, want one per victim (%d)", victimEvents, len(tc.wantKilled))
+			}
+			if reached := tc.wantKilled != nil || tc.wantErr; reached != (preemptorEvents == 1) || preemptorEvents > 1 {
+				t.Errorf("%d events on the critical pod; want one exactly when preemption was attempted", preemptorEvents)
 			}
 		})
 	}

@@ -64,20 +64,20 @@ func selectUpstream(reqs []Requirement, cands []Candidate, keep func(int) bool) 
 	}
 	be, bu, gu := class[BestEffort], class[Burstable], class[Guaranteed]
 
-	if rest := freed(need, cands, be, bu, gu); open(rest) {
+	if rest := freedBy(need, cands, be, bu, gu); open(rest) {
 		return nil, unmet(reqs, rest)
 	}
 	// The check above guarantees that each pass can finish: the pods it may
 	// take cover what the other classes leave.
-	guVictims, err := closest(cands, gu, freed(need, cands, be, bu))
+	guVictims, err := closest(cands, gu, freedBy(need, cands, be, bu))
 	if err != nil {
 		return nil, err
 	}
-	buVictims, err := closest(cands, bu, freed(need, cands, be, guVictims))
+	buVictims, err := closest(cands, bu, freedBy(need, cands, be, guVictims))
 	if err != nil {
 		return nil, err
 	}
-	beVictims, err := closest(cands, be, freed(need, cands, buVictims, guVictims))
+	beVictims, err := closest(cands, be, freedBy(need, cands, buVictims, guVictims))
 	if err != nil {
 		return nil, err
 	}
@@ -87,10 +87,10 @@ func selectUpstream(reqs []Requirement, cands []Candidate, keep func(int) bool) 
 	return append(out, guVictims...), nil
 }
 
-// freed returns what remains of need once the given pods are preempted, with
+// freedBy returns what remains of need once the given pods are preempted, with
 // met requirements at 0. It stops subtracting once a requirement is met, so
 // huge requests cannot overflow.
-func freed(need []int64, cands []Candidate, groups ...[]int) []int64 {
+func freedBy(need []int64, cands []Candidate, groups ...[]int) []int64 {
 	rest := append([]int64(nil), need...)
 	for j := range rest {
 		for _, g := range groups {
@@ -180,7 +180,7 @@ func selectPriority(reqs []Requirement, cands []Candidate) ([]int, error) {
 		for ; k < len(order) && cands[order[k]].Priority == p; k++ {
 			tier = append(tier, order[k])
 		}
-		rest = freed(rest, cands, tier)
+		rest = freedBy(rest, cands, tier)
 		ceiling = int64(p)
 	}
 	if open(rest) || ceiling == math.MinInt64 {
@@ -189,4 +189,30 @@ func selectPriority(reqs []Requirement, cands []Candidate) ([]int, error) {
 		return selectUpstream(reqs, cands, nil)
 	}
 	return selectUpstream(reqs, cands, func(i int) bool { return int64(cands[i].Priority) <= ceiling })
+}
+
+// Remaining returns reqs less what the given candidates free, each quantity
+// floored at 0 (met). Re-planning uses it with the victims that did
+// terminate.
+func Remaining(reqs []Requirement, cands []Candidate, freed []int) []Requirement {
+	need := make([]int64, len(reqs))
+	for j, r := range reqs {
+		need[j] = max(r.Quantity, 0)
+	}
+	rest := freedBy(need, cands, freed)
+	out := make([]Requirement, len(reqs))
+	for j, r := range reqs {
+		out[j] = Requirement{Resource: r.Resource, Quantity: rest[j]}
+	}
+	return out
+}
+
+// Met reports whether no requirement is left open.
+func Met(reqs []Requirement) bool {
+	for _, r := range reqs {
+		if r.Quantity > 0 {
+			return false
+		}
+	}
+	return true
 }

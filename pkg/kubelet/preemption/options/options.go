@@ -1,0 +1,190 @@
+// Package options holds critlet's settings for critical-pod admission: their
+// flags, environment variables, defaults and validation.
+//
+// The kubelet builds its admission handler inside NewMainKubelet with a
+// fixed signature, so the kubelet main parses these settings before the
+// kubelet starts and publishes them with Set; the handler reads them with
+// Current when it is built.
+package options
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+)
+
+// Options are the settings of critical-pod admission.
+type Options struct {
+	// Policy ranks victims.
+	Policy victims.Policy
+	// Parallelism is how many victims are terminated at once.
+	Parallelism int
+	// MaxReplans bounds the rounds of further victims chosen when victims
+	// fail to terminate; 0 keeps the stock behaviour of admitting anyway.
+	MaxReplans int
+	// KillTimeout bounds how long admission waits for one victim; the
+	// kubelet keeps terminating it afterwards, but its resources no longer
+	// count as freed. 0 waits as long as the kubelet's pod workers do
+	// (1.5 times the grace period, at least 10s).
+	KillTimeout time.Duration
+}
+
+// Limits of the settings; values outside them are refused.
+const (
+	MaxParallelism = 256
+	MaxReplans     = 16
+	MaxKillTimeout = time.Hour
+)
+
+// Defaults: the stock ranking, victims terminated concurrently, and two
+// re-planning rounds. Parallelism 8 covers every victim of a typical
+// admission at once (a node of 110 pods rarely gives up more than a few)
+// while bounding the stop requests a large preemption sends the container
+// runtime at the same moment.
+func Defaults() Options {
+	return Options{Policy: victims.PolicyUpstream, Parallelism: 8, MaxReplans: 2}
+}
+
+// Upstream returns settings under which critlet behaves as the stock kubelet
+// does: stock ranking, one victim at a time, no re-planning.
+func Upstream() Options {
+	return Options{Policy: victims.PolicyUpstream, Parallelism: 1}
+}
+
+// Validate reports the first setting out of range, naming its flag.
+func (o Options) Validate() error {
+	if _, err := victims.ParsePolicy(string(o.Policy)); err != nil {
+		return fmt.Errorf("--%s: %w", FlagPolicy, err)
+	}
+	if o.Parallelism < 1 || o.Parallelism > MaxParallelism {
+		return fmt.Errorf("--%s: %d is out of range: want 1 to %d", FlagParallelism, o.Parallelism, MaxParallelism)
+	}
+	if o.MaxReplans < 0 || o.MaxReplans > MaxReplans {
+		return fmt.Errorf("--%s: %d is out of range: want 0 to %d", FlagMaxReplans, o.MaxReplans, MaxReplans)
+	}
+	if o.KillTimeout < 0 || o.KillTimeout > MaxKillTimeout {
+		return fmt.Errorf("--%s: %s is out of range: want 0 (as the pod workers) to %s", FlagKillTimeout, o.KillTimeout, MaxKillTimeout)
+	}
+	return nil
+}
+
+// The flags, and the environment variables that set the same values for
+// bootstrap scripts that cannot change the kubelet's command line. A flag
+// wins over its variable.
+const (
+	FlagPolicy      = "critical-preemption-policy"
+	FlagParallelism = "critical-preemption-parallelism"
+	FlagMaxReplans  = "critical-preemption-max-replans"
+	FlagKillTimeout = "critical-preemption-kill-timeout"
+
+	flagPrefix = "critical-preemption-"
+)
+
+var envOf = map[string]string{
+	FlagPolicy:      "CRITLET_PREEMPTION_POLICY",
+	FlagParallelism: "CRITLET_PREEMPTION_PARALLELISM",
+	FlagMaxReplans:  "CRITLET_PREEMPTION_MAX_REPLANS",
+	FlagKillTimeout: "CRITLET_PREEMPTION_KILL_TIMEOUT",
+}
+
+// EnvVar returns the environment variable that stands for flag.
+func EnvVar(flag string) string { return envOf[flag] }
+
+type policyValue struct{ p *victims.Policy }
+
+func (v policyValue) String() string { return string(*v.p) }
+func (v policyValue) Type() string   { return "string" }
+func (v policyValue) Set(s string) error {
+	p, err := victims.ParsePolicy(s)
+	if err != nil {
+		return err
+	}
+	*v.p = p
+	return nil
+}
+
+// FlagSet returns critlet's flags bound to o, for parsing and for --help.
+func FlagSet(o *Options) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("critlet", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.Var(policyValue{&o.Policy}, FlagPolicy, fmt.Sprintf(
+		"How victims of a critical pod are chosen: 'upstream' (the stock kubelet's QoS and distance rules) or 'priority' (never a pod of priority p while pods of lower priority can cover the need; then the upstream rules). Env %s.", envOf[FlagPolicy]))
+	fs.IntVar(&o.Parallelism, FlagParallelism, o.Parallelism, fmt.Sprintf(
+		"How many victims are terminated at once, 1 to %d; 1 terminates them one after another as the stock kubelet does. Env %s.", MaxParallelism, envOf[FlagParallelism]))
+	fs.IntVar(&o.MaxReplans, FlagMaxReplans, o.MaxReplans, fmt.Sprintf(
+		"How many times, 0 to %d, further victims are chosen when victims fail to terminate; 0 admits the critical pod regardless, as the stock kubelet does. Env %s.", MaxReplans, envOf[FlagMaxReplans]))
+	fs.DurationVar(&o.KillTimeout, FlagKillTimeout, o.KillTimeout, fmt.Sprintf(
+		"How long admission waits for one victim before counting it as failed (the kubelet keeps terminating it); 0 waits as long as the kubelet's pod workers do. Env %s.", envOf[FlagKillTimeout]))
+	return fs
+}
+
+// FromArgs returns the settings given by the environment (through lookup)
+// and by critlet's flags in args, and args without those flags, for the
+// kubelet to parse. Flags take the forms --name=value and --name value.
+func FromArgs(args []string, lookup func(string) (string, bool)) (Options, []string, error) {
+	o := Defaults()
+	fs := FlagSet(&o)
+	for _, flag := range []string{FlagPolicy, FlagParallelism, FlagMaxReplans, FlagKillTimeout} {
+		if v, ok := lookup(envOf[flag]); ok {
+			if err := fs.Set(flag, v); err != nil {
+				return o, nil, fmt.Errorf("%s=%q (for --%s): %w", envOf[flag], v, flag, err)
+			}
+		}
+	}
+	var ours, rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "--"+flagPrefix) {
+			rest = append(rest, a)
+			continue
+		}
+		ours = append(ours, a)
+		if !strings.Contains(a, "=") {
+			if i+1 >= len(args) {
+				return o, nil, fmt.Errorf("%s needs a value", a)
+			}
+			i++
+			ours = append(ours, args[i])
+		}
+	}
+	if err := fs.Parse(ours); err != nil {
+		return o, nil, err
+	}
+	return o, rest, o.Validate()
+}
+
+var (
+	mu      sync.Mutex
+	current = Defaults()
+)
+
+// Set publishes the settings for the handler to read.
+func Set(o Options) {
+	mu.Lock()
+	defer mu.Unlock()
+	current = o
+}
+
+// Current returns the published settings, or the defaults.
+func Current() Options {
+	mu.Lock()
+	defer mu.Unlock()
+	return current
+}
+
+// String renders o as flags.
+func (o Options) String() string {
+	return fmt.Sprintf("--%s=%s --%s=%s --%s=%s --%s=%s",
+		FlagPolicy, o.Policy, FlagParallelism, strconv.Itoa(o.Parallelism),
+		FlagMaxReplans, strconv.Itoa(o.MaxReplans), FlagKillTimeout, o.KillTimeout)
+}
