@@ -1,0 +1,99 @@
+# shellcheck shell=bash
+# The pinned upstream module as the patched build sees it.
+#
+# go build -overlay refuses to replace files inside GOMODCACHE, so the build
+# points k8s.io/kubernetes at a pristine copy of the module outside it, through
+# a modfile generated from go.mod. Both kubelets build from that modfile, so
+# they share one module graph and one build cache.
+
+UPSTREAM_MODULE=k8s.io/kubernetes
+
+# upstream::version: prints the k8s.io/kubernetes version go.mod requires.
+upstream::version() {
+  local v
+  v=$(go list -m -f '{{.Version}}' "$UPSTREAM_MODULE") || {
+    echo "upstream: cannot read the $UPSTREAM_MODULE requirement from go.mod" >&2
+    return 1
+  }
+  [[ -n $v ]] || { echo "upstream: go.mod does not require $UPSTREAM_MODULE" >&2; return 1; }
+  echo "$v"
+}
+
+# upstream::date: prints the publication time of the required k8s.io/kubernetes
+# release, as recorded by the module proxy.
+upstream::date() {
+  local d
+  d=$(go list -m -f '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' "$UPSTREAM_MODULE") || {
+    echo "upstream: cannot read the time of the $UPSTREAM_MODULE release" >&2
+    return 1
+  }
+  echo "$d"
+}
+
+# upstream::copy VERSION OUTDIR: sets UPSTREAM_COPY to an absolute path of a
+# pristine copy of the module, made once per version. The copy's files stay
+# read-only like the module cache's (nothing may edit them); its directories
+# are made writable so that it can be deleted.
+upstream::copy() {
+  local version=$1 outdir=$2
+  local copy="${outdir}/kubernetes@${version}"
+  local stamp="${copy}.stamp"
+  # The go.sum hash names the exact module contents the copy was made from.
+  local want
+  want=$(grep -E "^${UPSTREAM_MODULE//./\\.} ${version//./\\.} h1:" go.sum) || {
+    echo "upstream: go.sum has no checksum for ${UPSTREAM_MODULE} ${version}" >&2
+    return 1
+  }
+  if [[ -d $copy && -f $stamp && $(<"$stamp") == "$want" ]]; then
+    UPSTREAM_COPY=$(cd "$copy" && pwd)
+    return 0
+  fi
+
+  go mod download "${UPSTREAM_MODULE}@${version}" || {
+    echo "upstream: downloading ${UPSTREAM_MODULE}@${version} failed" >&2
+    return 1
+  }
+  local src
+  src=$(go list -m -f '{{.Dir}}' "$UPSTREAM_MODULE") && [[ -n $src && -f $src/go.mod ]] || {
+    echo "upstream: cannot locate ${UPSTREAM_MODULE}@${version} in the module cache" >&2
+    return 1
+  }
+
+  echo "copying ${UPSTREAM_MODULE}@${version} out of the module cache to ${copy}" >&2
+  mkdir -p "$outdir"
+  # Remove copies of other versions and any half-made copy of this one.
+  local old
+  for old in "$outdir"/kubernetes@* "$outdir"/.kubernetes@*.tmp; do
+    [[ -e $old ]] || continue
+    [[ -d $old ]] && chmod -R u+w "$old"
+    rm -rf "$old"
+  done
+  local tmp="${outdir}/.kubernetes@${version}.tmp"
+  cp -R "$src" "$tmp"
+  find "$tmp" -type d -exec chmod u+w {} +
+  mv "$tmp" "$copy"
+  echo "$want" >"$stamp"
+  UPSTREAM_COPY=$(cd "$copy" && pwd)
+}
+
+# upstream::modfile COPY OUTDIR: writes OUTDIR/go.mod and OUTDIR/go.sum: this
+# module's go.mod and go.sum with k8s.io/kubernetes replaced by COPY. Files are
+# rewritten only when their contents change.
+upstream::modfile() {
+  local copy=$1 outdir=$2
+  mkdir -p "$outdir"
+  cp go.mod "${outdir}/go.mod.tmp"
+  go mod edit -replace="${UPSTREAM_MODULE}=${copy}" "${outdir}/go.mod.tmp" || {
+    echo "upstream: generating ${outdir}/go.mod failed" >&2
+    return 1
+  }
+  cp go.sum "${outdir}/go.sum.tmp"
+  local f
+  for f in go.mod go.sum; do
+    if cmp -s "${outdir}/${f}.tmp" "${outdir}/${f}"; then
+      rm "${outdir}/${f}.tmp"
+    else
+      mv "${outdir}/${f}.tmp" "${outdir}/${f}"
+    fi
+  done
+}
