@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
@@ -232,7 +234,7 @@ func TestReplanningModel(t *testing.T) {
 			return nil
 		}
 		h := newHandler(func() []*v1.Pod { return pods }, kill, &record.FakeRecorder{}, opts)
-		_, err := h.HandleAdmissionFailure(context.Background(), admit, reasons, lifecycle.AddOperation)
+		_, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), logr.Discard()), admit, reasons, lifecycle.AddOperation)
 
 		// The model, from the public pieces.
 		var reqs []victims.Requirement
@@ -373,7 +375,7 @@ func BenchmarkTermination(b *testing.B) {
 			opts := options.Defaults()
 			opts.Parallelism = parallelism
 			h := newHandler(func() []*v1.Pod { return pods }, kill, &record.FakeRecorder{}, opts)
-			ctx := context.Background()
+			ctx := klog.NewContext(context.Background(), logr.Discard())
 			for b.Loop() {
 				if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(500), lifecycle.AddOperation); err != nil {
 					b.Fatal(err)
