@@ -154,10 +154,7 @@ func checkPriorityBound(t *testing.T, reqs []Requirement, cands []Candidate, pla
 	if len(plan) == 0 {
 		return
 	}
-	top := cands[plan[0]].Priority
-	for _, i := range plan {
-		top = max(top, cands[i].Priority)
-	}
+	top := topPriority(cands, plan)
 	var lower []int
 	for i, c := range cands {
 		if c.Priority < top {
@@ -167,4 +164,13 @@ func checkPriorityBound(t *testing.T, reqs []Requirement, cands []Candidate, pla
 	if covers(reqs, cands, lower) {
 		t.Fatalf("preempted a pod of priority %d though pods below it cover the need", top)
 	}
+}
+
+// topPriority is the highest priority among the planned victims.
+func topPriority(cands []Candidate, plan []int) int32 {
+	top := cands[plan[0]].Priority
+	for _, i := range plan {
+		top = max(top, cands[i].Priority)
+	}
+	return top
 }

@@ -39,10 +39,7 @@ func TestPriorityPolicyProperties(t *testing.T) {
 		if len(plan) == 0 {
 			continue
 		}
-		top := cands[plan[0]].Priority
-		for _, i := range plan {
-			top = max(top, cands[i].Priority)
-		}
+		top := topPriority(cands, plan)
 		var keep []int
 		for i, cand := range cands {
 			if cand.Priority <= top {
