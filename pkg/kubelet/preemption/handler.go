@@ -60,10 +60,10 @@ func newHandler(getPodsFunc eviction.ActivePodsFunc, killPodFunc eviction.KillPo
 // pods and returns no reasons, so the pod is admitted; otherwise it returns
 // the reasons that still stand.
 func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context, admitPod *v1.Pod, failureReasons []lifecycle.PredicateFailureReason, operation lifecycle.Operation) ([]lifecycle.PredicateFailureReason, error) {
-	start := time.Now()
 	if !kubetypes.IsCriticalPod(admitPod) {
 		return failureReasons, nil
 	}
+	start := time.Now()
 	// With this gate the scheduler owns preemption for in-place resizes; the
 	// kubelet defers the resize instead of preempting.
 	if operation == lifecycle.ResizeOperation && utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScalingSchedulerPreemption) {
@@ -140,16 +140,7 @@ func (c *CriticalPodAdmissionHandler) preempt(ctx context.Context, start time.Ti
 		}
 		// Choose further victims for what the failed ones did not free, never
 		// a pod already tried in this admission.
-		var untried []int
-		for i, t := range tried {
-			if !t {
-				untried = append(untried, i)
-			}
-		}
-		sub := make([]victims.Candidate, len(untried))
-		for k, i := range untried {
-			sub[k] = cands[i]
-		}
+		untried, sub := untriedCandidates(cands, tried)
 		selecting = time.Now()
 		next, err := victims.Select(c.opts.Policy, rest, sub)
 		selection += time.Since(selecting)
@@ -172,6 +163,20 @@ func (c *CriticalPodAdmissionHandler) preempt(ctx context.Context, start time.Ti
 	admissionDuration.WithLabelValues(policy).Observe(elapsed.Seconds())
 	a.report(rest, elapsed)
 	return nil
+}
+
+// untriedCandidates returns the candidates not yet tried, and their indexes
+// in cands.
+func untriedCandidates(cands []victims.Candidate, tried []bool) ([]int, []victims.Candidate) {
+	var idx []int
+	var sub []victims.Candidate
+	for i, t := range tried {
+		if !t {
+			idx = append(idx, i)
+			sub = append(sub, cands[i])
+		}
+	}
+	return idx, sub
 }
 
 // refuse records why admitPod cannot be admitted and returns the error the

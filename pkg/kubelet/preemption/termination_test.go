@@ -288,13 +288,7 @@ func TestReplanningModel(t *testing.T) {
 			if round == 0 {
 				replanned++
 			}
-			idx, sub = idx[:0], nil
-			for i, tr := range tried {
-				if !tr {
-					idx = append(idx, i)
-					sub = append(sub, cands[i])
-				}
-			}
+			idx, sub = untriedCandidates(cands, tried)
 		}
 		if strings.Join(killed, ",") != strings.Join(want, ",") {
 			t.Fatalf("case %d (%+v): killed %v, model %v", c, opts, killed, want)

@@ -58,10 +58,7 @@ func selectUpstream(reqs []Requirement, cands []Candidate, keep func(int) bool) 
 			class[c.QOS] = append(class[c.QOS], i)
 		}
 	}
-	need := make([]int64, len(reqs))
-	for j, r := range reqs {
-		need[j] = max(r.Quantity, 0)
-	}
+	need := needOf(reqs)
 	be, bu, gu := class[BestEffort], class[Burstable], class[Guaranteed]
 
 	if rest := freedBy(need, cands, be, bu, gu); open(rest) {
@@ -104,6 +101,15 @@ func freedBy(need []int64, cands []Candidate, groups ...[]int) []int64 {
 		rest[j] = max(rest[j], 0)
 	}
 	return rest
+}
+
+// needOf returns the requirements' quantities, with met ones (<= 0) at 0.
+func needOf(reqs []Requirement) []int64 {
+	need := make([]int64, len(reqs))
+	for j, r := range reqs {
+		need[j] = max(r.Quantity, 0)
+	}
+	return need
 }
 
 func open(rest []int64) bool {
@@ -168,10 +174,7 @@ func selectPriority(reqs []Requirement, cands []Candidate) ([]int, error) {
 		order[i] = i
 	}
 	sort.SliceStable(order, func(a, b int) bool { return cands[order[a]].Priority < cands[order[b]].Priority })
-	need := make([]int64, len(reqs))
-	for j, r := range reqs {
-		need[j] = max(r.Quantity, 0)
-	}
+	need := needOf(reqs)
 	ceiling := int64(math.MinInt64)
 	rest := need
 	for k := 0; k < len(order) && open(rest); {
@@ -195,11 +198,7 @@ func selectPriority(reqs []Requirement, cands []Candidate) ([]int, error) {
 // floored at 0 (met). Re-planning uses it with the victims that did
 // terminate.
 func Remaining(reqs []Requirement, cands []Candidate, freed []int) []Requirement {
-	need := make([]int64, len(reqs))
-	for j, r := range reqs {
-		need[j] = max(r.Quantity, 0)
-	}
-	rest := freedBy(need, cands, freed)
+	rest := freedBy(needOf(reqs), cands, freed)
 	out := make([]Requirement, len(reqs))
 	for j, r := range reqs {
 		out[j] = Requirement{Resource: r.Resource, Quantity: rest[j]}
