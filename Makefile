@@ -1,9 +1,15 @@
 # critlet: upstream's kubelet with critlet's critical-pod admission handler.
 #
-#   make run            build _output/bin/kubelet and print its version
-#   make test           unit tests, then checks of the built binaries
+#   make local-up       build what is missing and start a local node with the patched kubelet
+#   make local-down     stop the local node and remove what it created (logs are kept)
+#   make test           unit tests, checks of the built binaries, node e2e on both kubelets
 #   make kubelet        _output/bin/kubelet (patched)
 #   make kubelet-stock  _output/bin/kubelet-stock (upstream, same module graph and flags)
+#   make run            build _output/bin/kubelet and print its version
+#
+# local-up takes KUBELET=<binary> (default _output/bin/kubelet; e.g.
+# _output/bin/kubelet-stock), KUBELET_FLAGS=<extra kubelet flags> and
+# STATE_DIR=<directory> (default _output/local-node).
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
@@ -12,7 +18,12 @@ SHELL := /usr/bin/env bash
 .NOTPARALLEL:
 
 # The binaries are always handed to go build, whose cache knows what changed.
-.PHONY: kubelet kubelet-stock run test test-unit test-build clean
+.PHONY: kubelet kubelet-stock control-plane node-tools node-deps run local-up local-down local-status \
+	test test-unit test-build test-e2e-node clean
+
+KUBELET ?= _output/bin/kubelet
+KUBELET_FLAGS ?=
+STATE_DIR ?= _output/local-node
 
 kubelet:
 	hack/build-kubelet.sh patched
@@ -23,7 +34,29 @@ kubelet-stock:
 run: kubelet
 	_output/bin/kubelet --version
 
-test: test-unit test-build
+# etcd and kube-apiserver, from go.mod's pinned graph.
+control-plane:
+	hack/build-control-plane.sh
+
+# The node's own small programs: the launcher and the pause process.
+node-tools:
+	go build -trimpath -o _output/bin/local-node ./cmd/local-node
+	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o _output/bin/pause ./cmd/pause
+
+# containerd, runc, CNI plugins and busybox-static from Debian, when absent.
+node-deps:
+	hack/install-node-deps.sh
+
+local-up: node-deps control-plane node-tools $(if $(filter _output/bin/kubelet-stock,$(KUBELET)),kubelet-stock,kubelet)
+	_output/bin/local-node up -state $(STATE_DIR) -kubelet $(KUBELET) -- $(KUBELET_FLAGS)
+
+local-down: node-tools
+	_output/bin/local-node down -state $(STATE_DIR)
+
+local-status: node-tools
+	_output/bin/local-node status -state $(STATE_DIR)
+
+test: test-unit test-build test-e2e-node
 
 # -trimpath, as the kubelet builds use, lets tests and builds share compiled
 # dependencies in Go's cache.
@@ -41,6 +74,15 @@ test-unit:
 test-build: kubelet kubelet-stock
 	go test -tags buildcheck -count=1 -timeout 45m -v ./test/build/
 
+# The node e2e suite: every scenario on a fresh node, once with each kubelet.
+# The suite removes its node when it ends; the local-node down afterwards
+# covers a run killed by its timeout. The table is in _output/e2e-node-report.md.
+E2E_STATE := _output/e2e-node
+test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock
+	status=0; go test -trimpath -tags e2enode -count=1 -timeout 30m -v ./test/e2e_node/ -args -state $(CURDIR)/$(E2E_STATE) || status=$$?; \
+	_output/bin/local-node down -state $(E2E_STATE) >/dev/null || status=1; exit $$status
+
 clean:
+	if [[ -d $(STATE_DIR)/run ]]; then _output/bin/local-node down -state $(STATE_DIR); fi
 	if [[ -d _output ]]; then chmod -R u+w _output; fi
 	rm -rf _output

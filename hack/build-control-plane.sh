@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the local node's control plane from this module's pinned graph:
+#
+#   _output/bin/kube-apiserver   k8s.io/kubernetes/cmd/kube-apiserver (upstream, unchanged)
+#   _output/bin/etcd             go.etcd.io/etcd/server/v3 (the version the apiserver's client pins)
+#
+# Both are `tool` requirements of go.mod, so `go mod tidy` keeps their
+# dependencies and they cannot drift from the kubelet's. They build from the
+# same generated modfile as the kubelets and so share their build cache.
+set -euo pipefail
+shopt -s inherit_errexit
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+# shellcheck source=hack/lib/upstream.sh
+source hack/lib/upstream.sh
+# shellcheck source=hack/lib/version.sh
+source hack/lib/version.sh
+
+fail() {
+  echo "build-control-plane: $*" >&2
+  exit 1
+}
+
+targets=("$@")
+if [[ ${#targets[@]} -eq 0 ]]; then
+  targets=(kube-apiserver etcd)
+fi
+
+version=$(upstream::version)
+upstream::copy "$version" "${root}/_output/upstream"
+upstream::modfile "$UPSTREAM_COPY" "${root}/_output/build"
+mkdir -p _output/bin
+
+for target in "${targets[@]}"; do
+  out=_output/bin/${target}
+  case $target in
+    kube-apiserver)
+      pkg=${UPSTREAM_MODULE}/cmd/kube-apiserver
+      version::ldflags stock "$version" "$(upstream::date)"
+      want="Kubernetes ${STAMPED_VERSION}"
+      ;;
+    etcd)
+      pkg=go.etcd.io/etcd/server/v3
+      etcd_version=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3) ||
+        fail "go.mod does not require go.etcd.io/etcd/server/v3"
+      LDFLAGS=
+      want="etcd Version: ${etcd_version#v}"
+      ;;
+    *) fail "unknown target '$target' (want kube-apiserver or etcd)" ;;
+  esac
+  echo "building $out" >&2
+  go build -modfile="${root}/_output/build/go.mod" -trimpath -buildvcs=false \
+    -ldflags="$LDFLAGS" -o "$out" "$pkg" || fail "go build of $pkg failed"
+  # A binary that does not report the pinned version is not the one the
+  # local node was tested with.
+  if ! got=$("$out" --version 2>&1) || [[ $got != *"$want"* ]]; then
+    rm -f "$out"
+    fail "$out --version printed '${got}', want '${want}'; binary removed"
+  fi
+  echo "$out: ${got%%$'\n'*}" >&2
+done

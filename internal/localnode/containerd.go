@@ -1,0 +1,212 @@
+package localnode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/critlet/critlet/internal/localnode/oci"
+	"github.com/critlet/critlet/internal/localnode/process"
+)
+
+// containerdConfig is containerd 1.6's configuration (format version 2).
+// Everything it stores lives under the state directory; the CRI socket too.
+const containerdConfig = `version = 2
+root = "{{root}}"
+state = "{{state}}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = "{{socket}}"
+
+[ttrpc]
+  address = "{{socket}}.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{{root}}/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{{pause}}"
+  # The VM lacks CAP_SYS_RESOURCE: without this runc cannot give a sandbox
+  # its oom_score_adj of -998 and every sandbox fails to start.
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+{{handlers}}  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{{cnibin}}"
+    conf_dir = "{{cniconf}}"
+`
+
+// cniConfig attaches pods to a bridge without a gateway or masquerading, so
+// that the plugins touch neither iptables nor ip_forward: the node's pods
+// need addresses, not routes off the host.
+const cniConfig = `{
+  "cniVersion": "0.4.0",
+  "name": "critlet",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "{{bridge}}",
+      "isGateway": false,
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "{{ipam}}",
+        "ranges": [[{"subnet": "{{subnet}}"}]]
+      }
+    },
+    {"type": "loopback"}
+  ]
+}
+`
+
+const cniBinDir = "/usr/lib/cni"
+
+func expand(tmpl string, vars map[string]string) string {
+	for k, v := range vars {
+		tmpl = strings.ReplaceAll(tmpl, "{{"+k+"}}", v)
+	}
+	return tmpl
+}
+
+func (n *Node) startContainerd(ctx context.Context) error {
+	dir := n.l.containerd()
+	for _, d := range []string{dir, n.l.cniConfDir(), n.l.cniIPAMDir()} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return fmt.Errorf("containerd: %w", err)
+		}
+	}
+	conf := filepath.Join(dir, "config.toml")
+	var handlers strings.Builder
+	names := make([]string, 0, len(n.cfg.RuntimeHandlers))
+	for name := range n.cfg.RuntimeHandlers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		const sect = `    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s.options]
+        BinaryName = %[2]q
+        SystemdCgroup = false
+`
+		fmt.Fprintf(&handlers, sect, name, n.cfg.RuntimeHandlers[name])
+	}
+	if err := os.WriteFile(conf, []byte(expand(containerdConfig, map[string]string{
+		"root": filepath.Join(dir, "root"), "state": filepath.Join(dir, "state"), "socket": n.l.criSocket(),
+		"pause": PauseImage, "cnibin": cniBinDir, "cniconf": n.l.cniConfDir(), "handlers": handlers.String(),
+	})), 0o644); err != nil {
+		return fmt.Errorf("containerd: writing config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(n.l.cniConfDir(), "10-critlet.conflist"), []byte(expand(cniConfig, map[string]string{
+		"bridge": BridgeName, "ipam": n.l.cniIPAMDir(), "subnet": podSubnet,
+	})), 0o644); err != nil {
+		return fmt.Errorf("containerd: writing CNI config: %w", err)
+	}
+
+	// containerd 1.6 puts shim sockets under /run/containerd and network
+	// namespaces under /run/netns whatever its configuration says; private
+	// tmpfs mounts keep both inside the node, and they vanish with it.
+	masks, err := n.maskSysctls("containerd", []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"})
+	if err != nil {
+		return err
+	}
+	script := []string{"set -e"}
+	for _, d := range []string{"/run/containerd", "/run/netns"} {
+		if err := n.hostDir(d); err != nil {
+			return err
+		}
+		script = append(script, fmt.Sprintf("mount -t tmpfs -o mode=0711 critlet %s", d))
+	}
+	script = append(script, masks...)
+	script = append(script, `exec "$0" "$@"`)
+	containerd, err := exec.LookPath("containerd")
+	if err != nil {
+		return fmt.Errorf("containerd: %w (install it with hack/install-node-deps.sh)", err)
+	}
+	h, err := n.start(process.Spec{
+		Name: Containerd,
+		Path: "unshare",
+		Args: []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", strings.Join(script, "\n"), containerd, "--config", conf},
+	})
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, h, 60*time.Second, "serving CRI", func(ctx context.Context) error {
+		rt, closeFn, err := n.criClient(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		_, err = rt.Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	}); err != nil {
+		return err
+	}
+	return n.importImages(ctx)
+}
+
+// criClient dials containerd's CRI endpoint.
+func (n *Node) criClient(ctx context.Context) (runtimeapi.RuntimeServiceClient, func(), error) {
+	conn, err := grpc.NewClient("unix://"+n.l.criSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("dialing %s: %w", n.l.criSocket(), err)
+	}
+	return runtimeapi.NewRuntimeServiceClient(conn), func() { conn.Close() }, nil
+}
+
+// importImages writes the pause and busybox images as OCI archives and
+// imports them: the node has no registry.
+func (n *Node) importImages(ctx context.Context) error {
+	pause, err := os.ReadFile(filepath.Join(n.cfg.BinDir, "pause"))
+	if err != nil {
+		return fmt.Errorf("pause image: %w (build it with 'make local-up')", err)
+	}
+	busybox, err := os.ReadFile(busyboxPath)
+	if err != nil {
+		return fmt.Errorf("busybox image: %w (install busybox-static with hack/install-node-deps.sh)", err)
+	}
+	bbFiles := []oci.File{{Path: "/bin/busybox", Mode: 0o755, Content: busybox}, {Path: "/pause", Mode: 0o755, Content: pause}}
+	for _, applet := range []string{"sh", "sleep", "cat", "echo", "ls", "true", "false", "kill", "ps", "env"} {
+		bbFiles = append(bbFiles, oci.File{Path: "/bin/" + applet, Link: "busybox"})
+	}
+	images := []struct {
+		file string
+		img  oci.Image
+	}{
+		{"pause.tar", oci.Image{Name: PauseImage, Entrypoint: []string{"/pause"}, Files: []oci.File{{Path: "/pause", Mode: 0o755, Content: pause}}}},
+		{"busybox.tar", oci.Image{Name: BusyboxImage, Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}, Files: bbFiles}},
+	}
+	if err := os.MkdirAll(n.l.images(), 0o755); err != nil {
+		return fmt.Errorf("images: %w", err)
+	}
+	for _, im := range images {
+		path := filepath.Join(n.l.images(), im.file)
+		if err := oci.WriteFile(path, im.img); err != nil {
+			return fmt.Errorf("image %s: %w", im.img.Name, err)
+		}
+		cmd := exec.CommandContext(ctx, "ctr", "--address", n.l.criSocket(), "--namespace", "k8s.io", "images", "import", path)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("importing image %s: %w\n%s", im.img.Name, err, out)
+		}
+	}
+	return nil
+}
+
+const busyboxPath = "/bin/busybox"

@@ -1,0 +1,262 @@
+package localnode
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/critlet/critlet/internal/localnode/process"
+)
+
+// kubeletSysctls are the host sysctls the kubelet sets at start
+// (setupKernelTunables). Inside its namespace each is a file bind-mounted
+// over the /proc/sys entry, so the kubelet writes the file, not the kernel.
+var kubeletSysctls = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+// kubeletConfig renders the node's KubeletConfiguration.
+func (n *Node) kubeletConfig() ([]byte, error) {
+	c := kubeletv1beta1.KubeletConfiguration{
+		TypeMeta:           metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		Address:            "127.0.0.1",
+		Port:               int32(n.cfg.Ports.Kubelet),
+		ReadOnlyPort:       0,
+		HealthzBindAddress: "127.0.0.1",
+		HealthzPort:        ptr.To(int32(n.cfg.Ports.KubeletHealthz)),
+		Authentication: kubeletv1beta1.KubeletAuthentication{
+			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: ptr.To(false)},
+			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(false)},
+			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: n.pki.CAFile},
+		},
+		// Only client certificates from the node's CA reach the kubelet, on
+		// loopback.
+		Authorization:            kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow},
+		ContainerRuntimeEndpoint: "unix://" + n.l.criSocket(),
+		StaticPodPath:            n.cfg.ManifestDir(),
+		FileCheckFrequency:       metav1.Duration{Duration: 2 * time.Second},
+		PodLogsDir:               n.l.path("kubelet", "pod-logs"),
+		VolumePluginDir:          n.l.path("kubelet", "volume-plugins"),
+		CgroupDriver:             "cgroupfs",
+		CgroupRoot:               CgroupRoot,
+		CgroupsPerQOS:            ptr.To(true),
+		EnforceNodeAllocatable:   []string{"pods"},
+		// This host has cgroup v1 hierarchies; v1beta1's default refuses them.
+		FailCgroupV1: ptr.To(false),
+		FailSwapOn:   ptr.To(false),
+		MaxPods:      n.cfg.MaxPods,
+		// Imported images cannot be pulled again: never collect them.
+		ImageGCHighThresholdPercent: ptr.To(int32(100)),
+		ImageGCLowThresholdPercent:  ptr.To(int32(99)),
+		// Eviction thresholds low enough that a busy build machine does not
+		// evict the node's pods in the middle of a scenario.
+		EvictionHard:          map[string]string{"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+		RuntimeRequestTimeout: metav1.Duration{Duration: n.cfg.RuntimeRequestTimeout},
+		ResolverConfig:        ptr.To(""),
+		RegisterNode:          ptr.To(true),
+		ServerTLSBootstrap:    false,
+		TLSCertFile:           "",
+	}
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet: rendering configuration: %w", err)
+	}
+	return b, nil
+}
+
+// StartKubelet starts the configured kubelet and waits until its node is
+// Ready.
+func (n *Node) StartKubelet(ctx context.Context) error {
+	if _, err := os.Stat(n.cfg.Kubelet); err != nil {
+		return fmt.Errorf("kubelet: %w (build it with 'make kubelet' or 'make kubelet-stock')", err)
+	}
+	for _, d := range []string{n.l.kubeletRoot(), n.cfg.ManifestDir(), n.cfg.DevicePluginDir(), n.l.path("kubelet", "pod-logs"),
+		n.l.path("kubelet", "var-log"), n.l.path("kubelet", "volume-plugins"), n.l.path("kubelet", "work")} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return fmt.Errorf("kubelet: %w", err)
+		}
+	}
+	if err := createCgroupRoot(CgroupRoot); err != nil {
+		return fmt.Errorf("kubelet: %w", err)
+	}
+	conf, err := n.kubeletConfig()
+	if err != nil {
+		return err
+	}
+	confPath := n.l.path("kubelet", "config.yaml")
+	if err := os.WriteFile(confPath, conf, 0o644); err != nil {
+		return fmt.Errorf("kubelet: writing configuration: %w", err)
+	}
+
+	masks, err := n.maskSysctls("kubelet", kubeletSysctls)
+	if err != nil {
+		return err
+	}
+	script := []string{"set -e"}
+	script = append(script, masks...)
+	// The kubelet writes /var/log/containers, and the device manager's socket
+	// directory is fixed at /var/lib/kubelet/device-plugins.
+	if err := n.hostDir("/var/lib/kubelet/device-plugins"); err != nil {
+		return err
+	}
+	script = append(script,
+		"mount --bind "+n.l.path("kubelet", "var-log")+" /var/log",
+		"mount --bind "+n.cfg.DevicePluginDir()+" /var/lib/kubelet/device-plugins")
+	// The kubelet's iptables chains are for kube-proxy and the like, which
+	// the node does not run; without an iptables binary it creates none.
+	if ipt, err := exec.LookPath("iptables"); err == nil {
+		for _, bin := range []string{ipt, strings.TrimSuffix(ipt, "iptables") + "ip6tables"} {
+			if _, err := os.Stat(bin); err == nil {
+				script = append(script, "mount --bind /bin/false "+bin)
+			}
+		}
+	}
+	script = append(script, `exec "$0" "$@"`)
+
+	args := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", strings.Join(script, "\n"), n.cfg.Kubelet,
+		"--config=" + confPath,
+		"--kubeconfig=" + n.pki.KubeletKubeconfig,
+		"--hostname-override=" + n.cfg.NodeName,
+		"--root-dir=" + n.l.kubeletRoot(),
+		"--cert-dir=" + n.l.path("kubelet", "pki"),
+		"--v=2",
+	}
+	args = append(args, n.cfg.KubeletFlags...)
+	h, err := n.start(process.Spec{
+		Name: Kubelet,
+		Path: "unshare",
+		Args: args,
+		// The kubelet's log cleanup can glob relative paths: give it an empty
+		// working directory of its own.
+		Dir: n.l.path("kubelet", "work"),
+	})
+	if err != nil {
+		return err
+	}
+	n.kubelet = h
+	hc := &http.Client{Timeout: 2 * time.Second}
+	healthz := "http://127.0.0.1:" + strconv.Itoa(n.cfg.Ports.KubeletHealthz) + "/healthz"
+	return waitFor(ctx, h, 3*time.Minute, "node Ready", func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		node, err := n.client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == v1.NodeReady {
+				if c.Status == v1.ConditionTrue {
+					return nil
+				}
+				return fmt.Errorf("node %s is not Ready: %s", n.cfg.NodeName, c.Message)
+			}
+		}
+		return fmt.Errorf("node %s has no Ready condition yet", n.cfg.NodeName)
+	})
+}
+
+// StopKubelet stops the kubelet, leaving its pods to the runtime, as a
+// kubelet restart does.
+func (n *Node) StopKubelet() error {
+	ref, ok, err := process.Read(Kubelet, n.l.pidFile(Kubelet))
+	if err != nil || !ok {
+		return err
+	}
+	if err := ref.Stop(10 * time.Second); err != nil {
+		return err
+	}
+	n.kubelet = nil
+	return os.Remove(n.l.pidFile(Kubelet))
+}
+
+// KubeletAlive reports whether the kubelet process still runs.
+func (n *Node) KubeletAlive() bool {
+	ref, ok, err := process.Read(Kubelet, n.l.pidFile(Kubelet))
+	return err == nil && ok && ref.Alive()
+}
+
+// ResetKubelet stops the kubelet and removes everything it ran or stored:
+// the node's pods in the API, their sandboxes, pod cgroups, the Node object
+// and the kubelet's directory. The next StartKubelet registers a fresh node.
+func (n *Node) ResetKubelet(ctx context.Context) error {
+	if err := n.StopKubelet(); err != nil {
+		return err
+	}
+	if err := n.deleteAPIPods(ctx); err != nil {
+		return err
+	}
+	if err := n.removeSandboxes(ctx); err != nil {
+		return err
+	}
+	if err := removeCgroups(CgroupRoot); err != nil {
+		return err
+	}
+	if err := n.client.CoreV1().Nodes().Delete(ctx, n.cfg.NodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting node %s: %w", n.cfg.NodeName, err)
+	}
+	return removeAll(n.l.kubelet())
+}
+
+// deleteAPIPods force-deletes every pod bound to the node: with the kubelet
+// stopped nobody would confirm a graceful deletion.
+func (n *Node) deleteAPIPods(ctx context.Context) error {
+	pods, err := n.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.cfg.NodeName})
+	if err != nil {
+		return fmt.Errorf("listing the node's pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		err := n.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return nil
+}
+
+// removeSandboxes stops and removes every pod sandbox in containerd.
+func (n *Node) removeSandboxes(ctx context.Context) error {
+	ref, ok, err := process.Read(Containerd, n.l.pidFile(Containerd))
+	if err != nil || !ok || !ref.Alive() {
+		return err
+	}
+	rt, closeFn, err := n.criClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return fmt.Errorf("listing sandboxes: %w", err)
+	}
+	// Frozen containers cannot die; thaw them first.
+	thawCgroups(CgroupRoot)
+	for _, sb := range list.Items {
+		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			return fmt.Errorf("stopping sandbox %s (%s/%s): %w", sb.Id, sb.Metadata.GetNamespace(), sb.Metadata.GetName(), err)
+		}
+		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			return fmt.Errorf("removing sandbox %s: %w", sb.Id, err)
+		}
+	}
+	return nil
+}

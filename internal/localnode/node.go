@@ -1,0 +1,325 @@
+package localnode
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/critlet/critlet/internal/localnode/pki"
+	"github.com/critlet/critlet/internal/localnode/process"
+)
+
+// Node is a running local node.
+type Node struct {
+	cfg     Config
+	l       layout
+	pki     *pki.Set
+	client  kubernetes.Interface
+	kubelet *process.Handle
+}
+
+// Client is a cluster-admin client of the node's API server.
+func (n *Node) Client() kubernetes.Interface { return n.client }
+
+// AdminKubeconfig is the path of the cluster-admin kubeconfig.
+func (n *Node) AdminKubeconfig() string { return n.pki.AdminKubeconfig }
+
+// Config is the node's configuration, defaults filled in.
+func (n *Node) Config() Config { return n.cfg }
+
+// SetKubelet changes the kubelet binary and flags used by the next
+// StartKubelet.
+func (n *Node) SetKubelet(path string, flags []string, maxPods int32) {
+	n.cfg.Kubelet, n.cfg.KubeletFlags, n.cfg.MaxPods = path, flags, maxPods
+}
+
+// components in start order; Down stops them in reverse.
+var components = []string{Etcd, APIServer, Containerd, Kubelet}
+
+// Up starts the whole node and waits until it is Ready. A node already
+// running under cfg.StateDir is left as it is if every component is alive;
+// otherwise its remains are removed first.
+func Up(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := UpRuntime(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if n.KubeletAlive() {
+		return n, nil
+	}
+	if err := n.StartKubelet(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// UpRuntime starts everything but the kubelet: etcd, kube-apiserver and
+// containerd.
+func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, l: layout{cfg.StateDir}}
+	alive, stale, err := n.running()
+	if err != nil {
+		return nil, err
+	}
+	if len(stale) > 0 || (len(alive) > 0 && !n.allAlive(alive)) {
+		// A crash or an interrupted Up: clear what is left, then start
+		// afresh.
+		fmt.Fprintf(os.Stderr, "local node: removing the remains of an earlier run in %s (not running: %s)\n", cfg.StateDir, strings.Join(stale, ", "))
+		if err := Down(cfg); err != nil {
+			return nil, fmt.Errorf("clearing the earlier run: %w", err)
+		}
+		alive = nil
+	}
+	if err := n.preflight(len(alive) > 0); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"logs", "run"} {
+		if err := os.MkdirAll(n.l.path(d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	apiURL := "https://127.0.0.1:" + strconv.Itoa(cfg.Ports.APIServer)
+	n.pki, err = pki.Ensure(n.l.pki(), apiURL, cfg.NodeName, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", n.pki.AdminKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", n.pki.AdminKubeconfig, err)
+	}
+	restCfg.QPS, restCfg.Burst = 100, 200
+	if n.client, err = kubernetes.NewForConfig(restCfg); err != nil {
+		return nil, err
+	}
+	if n.isAlive(APIServer) {
+		return n, nil
+	}
+	for _, start := range []func(context.Context) error{n.startEtcd, n.startAPIServer, n.startContainerd} {
+		if err := start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func (n *Node) allAlive(alive []string) bool {
+	// The kubelet may be absent (UpRuntime); the rest must all run.
+	want := map[string]bool{Etcd: true, APIServer: true, Containerd: true}
+	for _, a := range alive {
+		delete(want, a)
+	}
+	return len(want) == 0
+}
+
+func (n *Node) isAlive(name string) bool {
+	ref, ok, err := process.Read(name, n.l.pidFile(name))
+	return err == nil && ok && ref.Alive()
+}
+
+// running returns the components whose PID files name a live process, and
+// those whose PID files name a dead one.
+func (n *Node) running() (alive, stale []string, err error) {
+	for _, c := range components {
+		ref, ok, err := process.Read(c, n.l.pidFile(c))
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			continue
+		}
+		if ref.Alive() {
+			alive = append(alive, c)
+		} else {
+			stale = append(stale, c)
+		}
+	}
+	return alive, stale, nil
+}
+
+// Status describes each component: running or not, and its log.
+func Status(cfg Config) ([]string, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	l := layout{cfg.StateDir}
+	var lines []string
+	for _, c := range components {
+		ref, ok, err := process.Read(c, l.pidFile(c))
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			lines = append(lines, fmt.Sprintf("%-15s not started", c))
+		case ref.Alive():
+			lines = append(lines, fmt.Sprintf("%-15s running (pid %d), log %s", c, ref.PID, l.log(c)))
+		default:
+			lines = append(lines, fmt.Sprintf("%-15s DEAD (pid %d gone), log %s\n%s", c, ref.PID, l.log(c), process.Tail(l.log(c), 10)))
+		}
+	}
+	return lines, nil
+}
+
+// preflight checks what Up needs before it starts anything, so that a
+// missing privilege, tool or port is reported as such rather than as a
+// component dying.
+func (n *Node) preflight(resuming bool) error {
+	if os.Geteuid() != 0 {
+		return errors.New("the local node needs root: it runs containerd, mounts in private namespaces and manages cgroups (run as root, e.g. with sudo)")
+	}
+	var missing []string
+	for _, f := range []string{filepath.Join(n.cfg.BinDir, "etcd"), filepath.Join(n.cfg.BinDir, "kube-apiserver"), filepath.Join(n.cfg.BinDir, "pause"), n.cfg.Kubelet} {
+		if _, err := os.Stat(f); err != nil {
+			missing = append(missing, f+" (run 'make local-up', which builds it)")
+		}
+	}
+	for _, t := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "unshare", "mount", "ip"} {
+		if _, err := exec.LookPath(t); err != nil {
+			missing = append(missing, t+" (hack/install-node-deps.sh installs it)")
+		}
+	}
+	for _, f := range []string{busyboxPath, filepath.Join(cniBinDir, "bridge"), filepath.Join(cniBinDir, "host-local"), filepath.Join(cniBinDir, "loopback")} {
+		if _, err := os.Stat(f); err != nil {
+			missing = append(missing, f+" (hack/install-node-deps.sh installs it)")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing:\n  %s", strings.Join(missing, "\n  "))
+	}
+	if resuming {
+		return nil
+	}
+	p := n.cfg.Ports
+	for _, port := range []struct {
+		n    int
+		what string
+	}{{p.EtcdClient, "etcd"}, {p.EtcdPeer, "etcd peer"}, {p.APIServer, "kube-apiserver"}, {p.Kubelet, "kubelet"}, {p.KubeletHealthz, "kubelet healthz"}} {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port.n))
+		if err != nil {
+			return fmt.Errorf("port %d (%s) on 127.0.0.1 is in use: another local node (see 'make local-down') or another program holds it: %w", port.n, port.what, err)
+		}
+		ln.Close()
+	}
+	if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
+		return fmt.Errorf("network device %s already exists (another local node under a different state directory?): %s", BridgeName, strings.TrimSpace(string(out)))
+	}
+	if procs := cgroupProcs(CgroupRoot); len(procs) > 0 {
+		return fmt.Errorf("cgroup %s still holds processes %v (another local node under a different state directory?)", CgroupRoot, procs)
+	}
+	return nil
+}
+
+// start starts a component recorded in the state directory.
+func (n *Node) start(spec process.Spec) (*process.Handle, error) {
+	spec.LogFile = n.l.log(spec.Name)
+	spec.PIDFile = n.l.pidFile(spec.Name)
+	fmt.Fprintf(os.Stderr, "local node: starting %s (log %s)\n", spec.Name, spec.LogFile)
+	return process.Start(spec)
+}
+
+// waitFor polls check until it succeeds, the process dies, or the timeout
+// passes; errors carry the last lines of the component's log.
+func waitFor(ctx context.Context, h *process.Handle, timeout time.Duration, what string, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		last = check(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-h.Done():
+			return fmt.Errorf("%s exited (%v) before it was %s\n%s", h.Name, h.Err(), what, process.Tail(h.LogFile, 25))
+		case <-ctx.Done():
+			return fmt.Errorf("%s was not %s within %s: %v\n%s", h.Name, what, timeout, last, process.Tail(h.LogFile, 25))
+		case <-t.C:
+		}
+	}
+}
+
+// maskSysctls prepares, for a component's mount namespace, files holding
+// the host's current values of the given /proc/sys keys, and returns the
+// shell lines that bind-mount them over the keys.
+func (n *Node) maskSysctls(component string, keys []string) ([]string, error) {
+	dir := n.l.path(component + "-sysctl")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var lines []string
+	for _, k := range keys {
+		src := filepath.Join("/proc/sys", k)
+		v, err := os.ReadFile(src)
+		if err != nil {
+			continue // not on this kernel: nothing to protect
+		}
+		f := filepath.Join(dir, strings.ReplaceAll(k, "/", "."))
+		if err := os.WriteFile(f, v, 0o644); err != nil {
+			return nil, err
+		}
+		lines = append(lines, fmt.Sprintf("mount --bind %s %s", f, src))
+	}
+	return lines, nil
+}
+
+// hostDir makes a mount point on the host and, if it did not exist,
+// records it so that Down removes it again.
+func (n *Node) hostDir(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	// Record the topmost directory that is created.
+	top := dir
+	for p := filepath.Dir(dir); p != "/"; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil {
+			break
+		}
+		top = p
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating mount point %s: %w", dir, err)
+	}
+	f, err := os.OpenFile(n.l.path("host-dirs"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintln(f, top)
+	return err
+}
+
+// createdHostDirs lists the host directories recorded by hostDir.
+func (l layout) createdHostDirs() []string {
+	f, err := os.Open(l.path("host-dirs"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var dirs []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if d := strings.TrimSpace(sc.Text()); d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}

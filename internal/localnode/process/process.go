@@ -1,0 +1,230 @@
+// Package process starts the local node's long-running components as
+// detached processes and finds them again later by PID file, so that one
+// command can start a node and another, run later, can stop it.
+//
+// A PID alone is not an identity: after a crash or reboot the number may
+// belong to an unrelated process. Each PID file therefore also records the
+// process's start time from /proc/<pid>/stat, and a process is only signalled
+// when both match.
+package process
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Spec describes one component.
+type Spec struct {
+	Name    string   // for messages, e.g. "kube-apiserver"
+	Path    string   // executable
+	Args    []string // arguments, without argv[0]
+	Env     []string // added to the current environment
+	Dir     string   // working directory
+	LogFile string   // stdout and stderr are appended here
+	PIDFile string
+}
+
+// Ref identifies a started process.
+type Ref struct {
+	Name    string
+	PID     int
+	Started uint64 // start time in clock ticks since boot
+	LogFile string
+}
+
+// Handle is a process started by this process; Done is closed when it exits.
+type Handle struct {
+	Ref
+	done chan struct{}
+	err  error
+}
+
+// Done is closed when the process has exited.
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Err is the process's exit error once Done is closed.
+func (h *Handle) Err() error { return h.err }
+
+// Start starts spec in a new session, so that it survives the caller and
+// receives no signals meant for the caller's terminal, and records it in
+// spec.PIDFile.
+func Start(spec Spec) (*Handle, error) {
+	logf, err := os.OpenFile(spec.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: opening log: %w", spec.Name, err)
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "==== %s: starting %s %s\n", time.Now().UTC().Format(time.RFC3339), spec.Path, strings.Join(spec.Args, " "))
+
+	cmd := exec.Command(spec.Path, spec.Args...)
+	cmd.Dir = spec.Dir
+	cmd.Env = append(os.Environ(), spec.Env...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: starting %s: %w", spec.Name, spec.Path, err)
+	}
+	h := &Handle{Ref: Ref{Name: spec.Name, PID: cmd.Process.Pid, LogFile: spec.LogFile}, done: make(chan struct{})}
+	go func() {
+		h.err = cmd.Wait()
+		close(h.done)
+	}()
+	started, err := startTime(h.PID)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		<-h.done
+		return nil, fmt.Errorf("%s: exited at once: %w\n%s", spec.Name, err, Tail(spec.LogFile, 20))
+	}
+	h.Started = started
+	if err := writeFileAtomic(spec.PIDFile, fmt.Sprintf("%d %d %s\n", h.PID, h.Started, spec.LogFile)); err != nil {
+		_ = cmd.Process.Kill()
+		<-h.done
+		return nil, fmt.Errorf("%s: %w", spec.Name, err)
+	}
+	return h, nil
+}
+
+// Read returns the process recorded in pidFile. ok is false when there is no
+// such file.
+func Read(name, pidFile string) (ref Ref, ok bool, err error) {
+	b, err := os.ReadFile(pidFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return Ref{}, false, nil
+	}
+	if err != nil {
+		return Ref{}, false, fmt.Errorf("%s: reading PID file: %w", name, err)
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) < 2 {
+		return Ref{}, false, fmt.Errorf("%s: PID file %s is malformed: %q", name, pidFile, b)
+	}
+	pid, err1 := strconv.Atoi(fields[0])
+	started, err2 := strconv.ParseUint(fields[1], 10, 64)
+	if err1 != nil || err2 != nil || pid <= 0 {
+		return Ref{}, false, fmt.Errorf("%s: PID file %s is malformed: %q", name, pidFile, b)
+	}
+	ref = Ref{Name: name, PID: pid, Started: started}
+	if len(fields) > 2 {
+		ref.LogFile = fields[2]
+	}
+	return ref, true, nil
+}
+
+// Alive reports whether the recorded process still runs (a zombie does not).
+func (r Ref) Alive() bool {
+	st, state, err := stat(r.PID)
+	return err == nil && st == r.Started && state != 'Z' && state != 'X'
+}
+
+// Stop sends SIGTERM and, after grace, SIGKILL, and waits until the process
+// is gone. A process that no longer runs is not an error.
+func (r Ref) Stop(grace time.Duration) error {
+	if !r.Alive() {
+		return nil
+	}
+	if err := syscall.Kill(r.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("%s (pid %d): SIGTERM: %w", r.Name, r.PID, err)
+	}
+	if waitGone(r, grace) {
+		return nil
+	}
+	if err := syscall.Kill(r.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("%s (pid %d): SIGKILL: %w", r.Name, r.PID, err)
+	}
+	if waitGone(r, 10*time.Second) {
+		return nil
+	}
+	return fmt.Errorf("%s (pid %d) still runs 10s after SIGKILL", r.Name, r.PID)
+}
+
+func waitGone(r Ref, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if !r.Alive() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Tail returns the last n lines of a log file, indented, for error messages.
+func Tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("    (no log: %v)", err)
+	}
+	defer f.Close()
+	// Logs can be large; the last 64 KiB hold the lines that matter.
+	if st, err := f.Stat(); err == nil && st.Size() > 64<<10 {
+		_, _ = f.Seek(-64<<10, io.SeekEnd)
+	}
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "    last lines of %s:\n", path)
+	for _, l := range lines {
+		b.WriteString("    | ")
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func startTime(pid int) (uint64, error) {
+	st, _, err := stat(pid)
+	return st, err
+}
+
+// stat returns field 22 (starttime) and field 3 (state) of /proc/<pid>/stat.
+func stat(pid int) (uint64, byte, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name may contain spaces and parentheses; fields start
+	// after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 20 {
+		return 0, 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	st, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("malformed /proc/%d/stat: %w", pid, err)
+	}
+	return st, fields[0][0], nil
+}
+
+func writeFileAtomic(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+// Package localnode runs a single-node Kubernetes cluster on loopback: etcd,
+// kube-apiserver, containerd with runc, and a kubelet, each a separate
+// process with its PID file and log under one state directory. The kubelet
+// and containerd run in private mount namespaces, so that what they mount and
+// the host files they would change (sysctls, /var/log, shim sockets) stay
+// inside the node; Down removes everything Up created.
+package localnode
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// Ports are the loopback ports the node listens on. They avoid the stock
+// kubelet's 10250/10248 and etcd's 2379/2380, so the node can run beside a
+// real one.
+type Ports struct {
+	EtcdClient, EtcdPeer int
+	APIServer            int
+	Kubelet              int
+	KubeletHealthz       int
+}
+
+// DefaultPorts are the ports used unless a Config says otherwise.
+var DefaultPorts = Ports{EtcdClient: 12379, EtcdPeer: 12380, APIServer: 16443, Kubelet: 11250, KubeletHealthz: 11248}
+
+// Config describes a local node.
+type Config struct {
+	// StateDir holds everything the node writes. It must be absolute.
+	StateDir string
+	// BinDir holds etcd, kube-apiserver and pause.
+	BinDir string
+	// Kubelet is the kubelet binary to run.
+	Kubelet string
+	// KubeletFlags are extra kubelet flags, e.g. critlet's admission settings.
+	KubeletFlags []string
+	NodeName     string
+	Ports        Ports
+	// MaxPods is the kubelet's maxPods; 0 means the kubelet's default (110).
+	MaxPods int32
+	// RuntimeHandlers adds containerd runtime handlers (for RuntimeClasses):
+	// handler name → the runc-compatible binary it runs.
+	RuntimeHandlers map[string]string
+	// RuntimeRequestTimeout bounds each CRI call of the kubelet; 0 means 2m,
+	// the kubelet's default.
+	RuntimeRequestTimeout time.Duration
+}
+
+// Component names, used for PID files, logs and messages.
+const (
+	Etcd       = "etcd"
+	APIServer  = "kube-apiserver"
+	Containerd = "containerd"
+	Kubelet    = "kubelet"
+)
+
+// Images imported into containerd. Pods must use imagePullPolicy Never or
+// IfNotPresent: there is no registry.
+const (
+	PauseImage   = "critlet.local/pause:1"
+	BusyboxImage = "critlet.local/busybox:1"
+)
+
+// CgroupRoot is the kubelet's cgroupRoot: every pod cgroup lives under it, so
+// teardown knows which cgroups are the node's.
+const CgroupRoot = "/critlet"
+
+// BridgeName is the CNI bridge the node's pods are attached to.
+const BridgeName = "critlet0"
+
+const podSubnet = "10.244.77.0/24"
+
+// layout names the files under the state directory.
+type layout struct{ root string }
+
+func (l layout) path(elem ...string) string {
+	return filepath.Join(append([]string{l.root}, elem...)...)
+}
+func (l layout) log(name string) string     { return l.path("logs", name+".log") }
+func (l layout) pidFile(name string) string { return l.path("run", name+".pid") }
+func (l layout) pki() string                { return l.path("pki") }
+func (l layout) etcdData() string           { return l.path("etcd") }
+func (l layout) containerd() string         { return l.path("containerd") }
+func (l layout) criSocket() string          { return l.path("containerd", "containerd.sock") }
+func (l layout) cniConfDir() string         { return l.path("cni", "net.d") }
+func (l layout) cniIPAMDir() string         { return l.path("cni", "ipam") }
+func (l layout) images() string             { return l.path("images") }
+func (l layout) kubelet() string            { return l.path("kubelet") }
+func (l layout) kubeletRoot() string        { return l.path("kubelet", "root") }
+
+// ManifestDir is the kubelet's static pod directory.
+func (c Config) ManifestDir() string { return layout{c.StateDir}.path("kubelet", "manifests") }
+
+// DevicePluginDir is where the kubelet's device-plugin socket appears on the
+// host (inside the kubelet's namespace it is /var/lib/kubelet/device-plugins).
+func (c Config) DevicePluginDir() string { return layout{c.StateDir}.path("kubelet", "device-plugins") }
+
+// AdminKubeconfig is the path of the cluster-admin kubeconfig.
+func (c Config) AdminKubeconfig() string {
+	return filepath.Join(layout{c.StateDir}.pki(), "admin.kubeconfig")
+}
+
+// LogFile is the log of a component.
+func (c Config) LogFile(component string) string { return layout{c.StateDir}.log(component) }
+
+func (c Config) withDefaults() (Config, error) {
+	if !filepath.IsAbs(c.StateDir) {
+		return c, fmt.Errorf("state directory %q is not absolute", c.StateDir)
+	}
+	if c.NodeName == "" {
+		c.NodeName = "critlet-node"
+	}
+	if c.Ports == (Ports{}) {
+		c.Ports = DefaultPorts
+	}
+	if c.RuntimeRequestTimeout == 0 {
+		c.RuntimeRequestTimeout = 2 * time.Minute
+	}
+	return c, nil
+}

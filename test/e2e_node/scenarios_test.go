@@ -1,0 +1,381 @@
+//go:build e2enode
+
+package e2enode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	"github.com/critlet/critlet/test/e2e_node/deviceplugin"
+)
+
+// The pods of upstream's critical-pod node e2e: a critical pod needing the
+// node's whole allocatable cpu and memory preempts the Burstable and the
+// Guaranteed pod; the BestEffort pod frees neither and survives.
+func TestCriticalPod(t *testing.T) {
+	runScenario(t, "1a critical pod (upstream)", scenarioOptions{}, func(e *env) {
+		be, bu, gu := e.upstreamFillers(false)
+		crit := e.createCritical(critical("critical", e.allocatable()))
+		e.expectPhase(be, v1.PodRunning)
+		e.expectPreempted(bu, v1.PodSucceeded)
+		e.expectPreempted(gu, v1.PodSucceeded)
+		e.expectVictims(bu.Name, gu.Name)
+		e.expectPhase(crit, v1.PodRunning)
+		e.checkMetrics(2)
+	})
+}
+
+// The same with pod-level resources (spec.resources) on every pod.
+func TestCriticalPodPodLevelResources(t *testing.T) {
+	runScenario(t, "1b critical pod, pod-level resources", scenarioOptions{}, func(e *env) {
+		be, bu, gu := e.upstreamFillers(true)
+		s := critical("critical", nil)
+		s.podLevel = &v1.ResourceRequirements{Requests: e.allocatable()}
+		crit := e.createCritical(s)
+		e.expectPhase(be, v1.PodRunning)
+		e.expectPreempted(bu, v1.PodSucceeded)
+		e.expectPreempted(gu, v1.PodSucceeded)
+		e.expectVictims(bu.Name, gu.Name)
+		e.expectPhase(crit, v1.PodRunning)
+	})
+}
+
+// upstreamFillers creates upstream's three non-critical pods: BestEffort,
+// Burstable 100m/100Mi and Guaranteed 100m/100Mi, with container- or
+// pod-level resources.
+func (e *env) upstreamFillers(podLevel bool) (be, bu, gu *v1.Pod) {
+	bus, gus := burstable("burstable", "100m", "100Mi"), guaranteed("guaranteed", "100m", "100Mi")
+	if podLevel {
+		for _, s := range []*podSpec{&bus, &gus} {
+			s.podLevel = &v1.ResourceRequirements{Requests: s.requests, Limits: s.limits}
+			s.requests, s.limits = nil, nil
+		}
+	}
+	pods := e.createRunning(bestEffort("besteffort"), bus, gus)
+	return pods[0], pods[1], pods[2]
+}
+
+// The API server's Priority admission plugin resolves the class to
+// spec.priority; the kubelet treats priority >= 2000000000 as critical and
+// nothing else, not even the legacy critical-pod annotation.
+func TestPriorityThroughAPIServer(t *testing.T) {
+	runScenario(t, "2 priority via the API server", scenarioOptions{}, func(e *env) {
+		e.ensurePriorityClass("e2e-high", 1_000_000_000)
+		all := e.allocatable()
+		cases := []struct {
+			name         string
+			spec         podSpec
+			wantPriority int32
+			critical     bool
+		}{
+			{"node-critical", podSpec{namespace: metav1.NamespaceSystem, priorityClass: "system-node-critical"}, 2_000_001_000, true},
+			{"cluster-critical", podSpec{namespace: metav1.NamespaceSystem, priorityClass: "system-cluster-critical"}, 2_000_000_000, true},
+			{"user-high", podSpec{priorityClass: "e2e-high"}, 1_000_000_000, false},
+			{"legacy-annotation", podSpec{namespace: metav1.NamespaceSystem, annotations: map[string]string{"scheduler.alpha.kubernetes.io/critical-pod": ""}}, 0, false},
+		}
+		var victims []string
+		for _, c := range cases {
+			filler := e.createRunning(burstable("filler-"+c.name, "100m", "100Mi"))[0]
+			s := c.spec
+			s.name, s.requests = c.name, all
+			p := e.create(s)
+			if got := ptrValue(p.Spec.Priority); got != c.wantPriority {
+				e.t.Errorf("%s: spec.priority = %d, want %d", c.name, got, c.wantPriority)
+			}
+			if c.critical {
+				p = e.waitPhase(p, 3*time.Minute, v1.PodRunning)
+				e.expectPreempted(filler, v1.PodSucceeded)
+				victims = append(victims, filler.Name)
+				e.deleteAndWait(p)
+				continue
+			}
+			e.expectRejectedForResources(p)
+			e.settle(3 * time.Second)
+			e.expectPhase(filler, v1.PodRunning)
+		}
+		e.expectVictims(victims...)
+	})
+}
+
+// A static critical pod from the manifest directory preempts API pods
+// (kubernetes #111174, #116484).
+func TestStaticCriticalPod(t *testing.T) {
+	runScenario(t, "3 static critical pod", scenarioOptions{}, func(e *env) {
+		be, bu, gu := e.upstreamFillers(false)
+		s := critical("static-critical", e.allocatable())
+		s.annotations = nil // the file source sets its own
+		s.priority = ptrTo(int32(2_000_001_000))
+		manifest := s.pod("")
+		manifest.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+		manifest.Spec.NodeName = ""
+		b, err := yaml.Marshal(manifest)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		start := time.Now()
+		path := filepath.Join(suite.Config().ManifestDir(), "static-critical.yaml")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+		// The kubelet mirrors a static pod into the API as <name>-<node>.
+		mirror := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "static-critical-" + e.node, Namespace: metav1.NamespaceSystem}}
+		e.waitPhase(mirror, 3*time.Minute, v1.PodRunning)
+		e.row.latency = time.Since(start)
+		e.row.notes = append(e.row.notes, "latency from manifest write to mirror pod Running")
+		e.expectPhase(be, v1.PodRunning)
+		e.expectPreempted(bu, v1.PodSucceeded)
+		e.expectPreempted(gu, v1.PodSucceeded)
+		e.expectVictims(bu.Name, gu.Name)
+	})
+}
+
+// A pod that is not critical and does not fit is rejected for the resource
+// it lacks, and nothing is preempted for it.
+func TestNonCriticalRejected(t *testing.T) {
+	runScenario(t, "4 non-critical rejected", scenarioOptions{}, func(e *env) {
+		be, bu, gu := e.upstreamFillers(false)
+		p := e.create(podSpec{name: "too-big", requests: e.allocatable()})
+		e.expectRejectedForResources(p)
+		e.settle(3 * time.Second)
+		for _, f := range []*v1.Pod{be, bu, gu} {
+			e.expectPhase(f, v1.PodRunning)
+		}
+		e.expectVictims()
+	})
+}
+
+// expectRejectedForResources checks that the kubelet refused p at admission
+// for cpu or memory (the reason names the first resource that did not fit).
+func (e *env) expectRejectedForResources(p *v1.Pod) {
+	e.t.Helper()
+	cur := e.waitPhaseAllowingFailure(p)
+	if cur.Status.Phase != v1.PodFailed || (cur.Status.Reason != "OutOfcpu" && cur.Status.Reason != "OutOfmemory") {
+		e.t.Errorf("pod %s: phase %s reason %q, want Failed with OutOfcpu or OutOfmemory", p.Name, cur.Status.Phase, cur.Status.Reason)
+	}
+	e.note("%s: %s", p.Name, cur.Status.Reason)
+}
+
+func (e *env) waitPhaseAllowingFailure(p *v1.Pod) *v1.Pod {
+	e.t.Helper()
+	var last *v1.Pod
+	_ = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		cur, err := e.get(p)
+		if err != nil {
+			return false, nil
+		}
+		last = cur
+		return cur.Status.Phase == v1.PodFailed || cur.Status.Phase == v1.PodSucceeded || cur.Status.Phase == v1.PodRunning, nil
+	})
+	if last == nil {
+		e.t.Fatalf("pod %s never appeared", p.Name)
+	}
+	return last
+}
+
+// At maxPods the missing resource is "pods": one pod must go. Every pod
+// counts as one, so upstream's rule takes a BestEffort pod before touching
+// the Burstable or Guaranteed ones.
+func TestMaxPods(t *testing.T) {
+	const maxPods = 4
+	runScenario(t, "5 node at maxPods", scenarioOptions{maxPods: maxPods}, func(e *env) {
+		pods := e.createRunning(bestEffort("besteffort-0"), bestEffort("besteffort-1"),
+			burstable("burstable", "100m", "100Mi"), guaranteed("guaranteed", "100m", "100Mi"))
+		e.createCritical(critical("critical", resources("100m", "100Mi")))
+		got := e.victims()
+		e.row.victims = got
+		if len(got) != 1 || !strings.HasPrefix(got[0], "besteffort-") {
+			e.t.Errorf("preempted %v, want exactly one of the BestEffort pods", got)
+		}
+		for _, p := range pods {
+			if len(got) == 1 && p.Name == got[0] {
+				e.expectPreempted(p, v1.PodSucceeded)
+			} else {
+				e.expectPhase(p, v1.PodRunning)
+			}
+		}
+	})
+}
+
+// Extended resources from a device plugin: the node advertises two widgets,
+// two non-critical pods hold them, and a critical pod needs one. The kubelet
+// allocates devices in the resource-allocation admit handler, which upstream
+// runs before the predicate handler that preempts: the critical pod is
+// refused there (UnexpectedAdmissionError) and nothing is preempted. critlet
+// keeps that order; the scenario records that both kubelets agree.
+func TestDevicePluginResource(t *testing.T) {
+	const widget = v1.ResourceName("critlet.example/widget")
+	runScenario(t, "6 device-plugin resource", scenarioOptions{}, func(e *env) {
+		plugin, err := deviceplugin.Start(e.ctx, deviceplugin.Config{Dir: suite.Config().DevicePluginDir(), ResourceName: string(widget), Devices: 2})
+		if err != nil {
+			e.t.Fatalf("starting the device plugin: %v", err)
+		}
+		defer plugin.Stop()
+		err = wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			n, err := e.c.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			q := n.Status.Allocatable[widget]
+			return q.Value() == 2, nil
+		})
+		if err != nil {
+			e.t.Fatalf("the node never advertised 2 %s: %v", widget, err)
+		}
+		one := v1.ResourceList{widget: resource.MustParse("1")}
+		holders := e.createRunning(podSpec{name: "holder-0", requests: one, limits: one}, podSpec{name: "holder-1", requests: one, limits: one})
+		s := critical("critical-widget", resources("100m", "100Mi"))
+		s.requests[widget] = one[widget]
+		s.limits = one
+		p := e.create(s)
+		cur := e.waitPhaseAllowingFailure(p)
+		e.note("critical pod: %s %s", cur.Status.Phase, cur.Status.Reason)
+		e.note("devices allocated by the plugin: %v", plugin.Allocated())
+		if cur.Status.Phase != v1.PodFailed || cur.Status.Reason != "UnexpectedAdmissionError" {
+			e.t.Errorf("critical pod needing a held device: %s %q (%s), want Failed UnexpectedAdmissionError: device allocation runs before preemption", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
+		}
+		e.settle(3 * time.Second)
+		for _, h := range holders {
+			e.expectPhase(h, v1.PodRunning)
+		}
+		e.expectVictims()
+	})
+}
+
+// Five victims that ignore SIGTERM, each with a 5 s grace period: the
+// kubelet must wait out each grace period before SIGKILL. Stock kills one
+// after the other; critlet kills them in parallel. The create→Running time
+// is reported, not asserted.
+func TestTerminationLatency(t *testing.T) {
+	runScenario(t, "7 five victims ignoring SIGTERM", scenarioOptions{}, func(e *env) {
+		var specs []podSpec
+		var names []string
+		for i := 0; i < 5; i++ {
+			s := burstable(fmt.Sprintf("stubborn-%d", i), "100m", "100Mi")
+			s.command = []string{"/bin/sh", "-c", `trap "" TERM; while true; do sleep 1; done`}
+			s.gracePeriod = ptrTo(int64(5))
+			specs = append(specs, s)
+			names = append(names, s.name)
+		}
+		pods := e.createRunning(specs...)
+		e.createCritical(critical("critical", e.allocatable()))
+		for _, p := range pods {
+			// SIGKILL after the grace period: exit 137, so Failed.
+			e.expectPreempted(p, v1.PodFailed)
+		}
+		e.expectVictims(names...)
+	})
+}
+
+// A victim the runtime cannot stop: its pod runs under a runtime handler
+// whose runc refuses "kill", so StopContainer fails and the kubelet's kill
+// times out (ExceededGracePeriod). Upstream logs the failure and admits the
+// critical pod anyway. critlet does too, but first re-plans: the stuck pod
+// freed nothing, so it chooses other, untried pods for the shortfall.
+func TestUnkillableVictim(t *testing.T) {
+	runScenario(t, "8 victim that cannot be killed", scenarioOptions{}, func(e *env) {
+		e.ensureRuntimeClass(unstoppableHandler)
+		stuck := burstable("unstoppable", "200m", "200Mi")
+		stuck.gracePeriod = ptrTo(int64(5))
+		stuck.runtimeClass = unstoppableHandler
+		pods := e.createRunning(stuck, burstable("spare-0", "100m", "100Mi"), burstable("spare-1", "100m", "100Mi"))
+		unstoppable.refuse(e.t)
+		// Need exactly what the stuck pod holds, so that upstream's rule
+		// picks it alone: it is the Burstable pod closest to the need.
+		all := e.allocatable()
+		cpu, mem := all[v1.ResourceCPU], all[v1.ResourceMemory]
+		cpu.Sub(resource.MustParse("200m"))
+		mem.Sub(resource.MustParse("200Mi"))
+		crit := e.createCritical(critical("critical", v1.ResourceList{v1.ResourceCPU: cpu, v1.ResourceMemory: mem}))
+		e.note("critical pod events: %v", e.eventReasons(crit))
+		if n := e.eventCount(pods[0], reasonPreempting); n != 1 {
+			e.t.Errorf("stuck pod has %d %s events, want 1: it must be chosen first", n, reasonPreempting)
+		}
+		if ev := e.events(pods[0], "ExceededGracePeriod"); len(ev) == 0 {
+			e.t.Errorf("stuck pod has no ExceededGracePeriod event: its kill did not time out")
+		}
+		if cur := e.expectPhase(pods[0], v1.PodRunning); len(cur.Status.ContainerStatuses) == 1 && cur.Status.ContainerStatuses[0].State.Running == nil {
+			e.t.Errorf("stuck pod's container is not running: %+v", cur.Status.ContainerStatuses[0].State)
+		}
+		// The kubelet publishes a victim's DisruptionTarget condition with its
+		// terminal status, once its containers have stopped: never, here.
+		switch e.kubelet.name {
+		case "stock":
+			for _, p := range pods[1:] {
+				e.expectPhase(p, v1.PodRunning)
+			}
+			e.expectVictims()
+			e.note("the kill timed out; the critical pod was admitted while the stuck pod still holds its requests")
+		case "critlet":
+			for _, p := range pods[1:] {
+				e.expectPreempted(p, v1.PodSucceeded)
+			}
+			if n := e.eventCount(crit, "PreemptionReplanned"); n != 1 {
+				e.t.Errorf("critical pod has %d PreemptionReplanned events, want 1", n)
+			}
+			e.expectVictims(pods[1].Name, pods[2].Name)
+			e.note("re-planned onto the two spare pods for the stuck pod's share")
+		}
+		e.row.victims = append(e.row.victims, pods[0].Name+" (kill timed out)")
+	})
+}
+
+func (e *env) ensureRuntimeClass(handler string) {
+	e.t.Helper()
+	_, err := e.c.NodeV1().RuntimeClasses().Create(e.ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: handler}, Handler: handler}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		e.t.Fatalf("creating RuntimeClass %s: %v", handler, err)
+	}
+}
+
+// A kubelet restart right after the critical pod is admitted must not
+// preempt anything again nor disturb the critical pod: the victims are
+// terminal in the API and the critical pod now fits.
+func TestKubeletRestart(t *testing.T) {
+	runScenario(t, "9 kubelet restart after admission", scenarioOptions{}, func(e *env) {
+		be, bu, gu := e.upstreamFillers(false)
+		crit := e.createCritical(critical("critical", e.allocatable()))
+		before := crit.Status.ContainerStatuses[0].ContainerID
+		e.restartKubelet()
+		e.settle(15 * time.Second) // a few pod syncs and status updates
+		cur := e.expectPhase(crit, v1.PodRunning)
+		if len(cur.Status.ContainerStatuses) != 1 || cur.Status.ContainerStatuses[0].ContainerID != before || cur.Status.ContainerStatuses[0].RestartCount != 0 {
+			e.t.Errorf("critical pod's container changed across the restart: before %s, after %+v", before, cur.Status.ContainerStatuses)
+		}
+		e.expectPhase(be, v1.PodRunning)
+		e.expectPreempted(bu, v1.PodSucceeded) // still exactly one Preempting event each
+		e.expectPreempted(gu, v1.PodSucceeded)
+		e.expectVictims(bu.Name, gu.Name)
+	})
+}
+
+func (e *env) ensurePriorityClass(name string, value int32) {
+	e.t.Helper()
+	_, err := e.c.SchedulingV1().PriorityClasses().Create(e.ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		e.t.Fatalf("creating PriorityClass %s: %v", name, err)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
