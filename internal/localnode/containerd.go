@@ -93,25 +93,7 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		}
 	}
 	conf := filepath.Join(dir, "config.toml")
-	var handlers strings.Builder
-	names := make([]string, 0, len(n.cfg.RuntimeHandlers))
-	for name := range n.cfg.RuntimeHandlers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		const sect = `    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s.options]
-        BinaryName = %[2]q
-        SystemdCgroup = false
-`
-		fmt.Fprintf(&handlers, sect, name, n.cfg.RuntimeHandlers[name])
-	}
-	if err := os.WriteFile(conf, []byte(expand(containerdConfig, map[string]string{
-		"root": filepath.Join(dir, "root"), "state": filepath.Join(dir, "state"), "socket": n.l.criSocket(),
-		"pause": PauseImage, "cnibin": cniBinDir, "cniconf": n.l.cniConfDir(), "handlers": handlers.String(),
-	})), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(n.renderContainerdConfig()), 0o644); err != nil {
 		return fmt.Errorf("containerd: writing config: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(n.l.cniConfDir(), "10-critlet.conflist"), []byte(expand(cniConfig, map[string]string{
@@ -160,6 +142,31 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	return n.importImages(ctx)
+}
+
+// renderContainerdConfig returns containerd's configuration for the node,
+// with a runc runtime per configured handler.
+func (n *Node) renderContainerdConfig() string {
+	dir := n.l.containerd()
+	var handlers strings.Builder
+	names := make([]string, 0, len(n.cfg.RuntimeHandlers))
+	for name := range n.cfg.RuntimeHandlers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		const sect = `    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s.options]
+        BinaryName = %[2]q
+        SystemdCgroup = false
+`
+		fmt.Fprintf(&handlers, sect, name, n.cfg.RuntimeHandlers[name])
+	}
+	return expand(containerdConfig, map[string]string{
+		"root": filepath.Join(dir, "root"), "state": filepath.Join(dir, "state"), "socket": n.l.criSocket(),
+		"pause": PauseImage, "cnibin": cniBinDir, "cniconf": n.l.cniConfDir(), "handlers": handlers.String(),
+	})
 }
 
 // criClient dials containerd's CRI endpoint.

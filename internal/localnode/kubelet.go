@@ -148,6 +148,9 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		return err
 	}
 	n.kubelet = h
+	if err := os.WriteFile(n.l.path("run", "kubelet.spec"), []byte(n.kubeletSpec()), 0o644); err != nil {
+		return fmt.Errorf("kubelet: %w", err)
+	}
 	hc := &http.Client{Timeout: 2 * time.Second}
 	healthz := "http://127.0.0.1:" + strconv.Itoa(n.cfg.Ports.KubeletHealthz) + "/healthz"
 	return waitFor(ctx, h, 3*time.Minute, "node Ready", func(ctx context.Context) error {
@@ -171,6 +174,16 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		}
 		return fmt.Errorf("node %s has no Ready condition yet", n.cfg.NodeName)
 	})
+}
+
+// kubeletSpec identifies the kubelet binary (by path, size and time, so a
+// rebuilt binary differs) and its flags.
+func (n *Node) kubeletSpec() string {
+	var size, mtime int64
+	if st, err := os.Stat(n.cfg.Kubelet); err == nil {
+		size, mtime = st.Size(), st.ModTime().UnixNano()
+	}
+	return fmt.Sprintf("%s size=%d mtime=%d max-pods=%d flags=%q\n", n.cfg.Kubelet, size, mtime, n.cfg.MaxPods, n.cfg.KubeletFlags)
 }
 
 // StopKubelet stops the kubelet, leaving its pods to the runtime, as a

@@ -56,7 +56,17 @@ func Up(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if n.KubeletAlive() {
-		return n, nil
+		running, _ := os.ReadFile(n.l.path("run", "kubelet.spec"))
+		if string(running) == n.kubeletSpec() {
+			fmt.Fprintf(os.Stderr, "local node: already running under %s\n", cfg.StateDir)
+			return n, nil
+		}
+		// Another binary, a rebuilt one, or other flags: restart the kubelet
+		// on the same node, as an upgrade would.
+		fmt.Fprintf(os.Stderr, "local node: the running kubelet is not %s %v as built now; restarting it\n", n.cfg.Kubelet, n.cfg.KubeletFlags)
+		if err := n.StopKubelet(); err != nil {
+			return nil, err
+		}
 	}
 	if err := n.StartKubelet(ctx); err != nil {
 		return nil, err
@@ -182,6 +192,26 @@ func (n *Node) preflight(resuming bool) error {
 	if os.Geteuid() != 0 {
 		return errors.New("the local node needs root: it runs containerd, mounts in private namespaces and manages cgroups (run as root, e.g. with sudo)")
 	}
+	if err := n.checkTools(); err != nil {
+		return err
+	}
+	if resuming {
+		return nil
+	}
+	if err := n.cfg.Ports.checkFree(); err != nil {
+		return err
+	}
+	if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
+		return fmt.Errorf("network device %s already exists (another local node under a different state directory?): %s", BridgeName, strings.TrimSpace(string(out)))
+	}
+	if procs := cgroupProcs(CgroupRoot); len(procs) > 0 {
+		return fmt.Errorf("cgroup %s still holds processes %v (another local node under a different state directory?)", CgroupRoot, procs)
+	}
+	return nil
+}
+
+// checkTools reports every missing binary at once, with how to get it.
+func (n *Node) checkTools() error {
 	var missing []string
 	for _, f := range []string{filepath.Join(n.cfg.BinDir, "etcd"), filepath.Join(n.cfg.BinDir, "kube-apiserver"), filepath.Join(n.cfg.BinDir, "pause"), n.cfg.Kubelet} {
 		if _, err := os.Stat(f); err != nil {
@@ -201,10 +231,11 @@ func (n *Node) preflight(resuming bool) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing:\n  %s", strings.Join(missing, "\n  "))
 	}
-	if resuming {
-		return nil
-	}
-	p := n.cfg.Ports
+	return nil
+}
+
+// checkFree reports the first port that something already listens on.
+func (p Ports) checkFree() error {
 	for _, port := range []struct {
 		n    int
 		what string
@@ -214,12 +245,6 @@ func (n *Node) preflight(resuming bool) error {
 			return fmt.Errorf("port %d (%s) on 127.0.0.1 is in use: another local node (see 'make local-down') or another program holds it: %w", port.n, port.what, err)
 		}
 		ln.Close()
-	}
-	if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
-		return fmt.Errorf("network device %s already exists (another local node under a different state directory?): %s", BridgeName, strings.TrimSpace(string(out)))
-	}
-	if procs := cgroupProcs(CgroupRoot); len(procs) > 0 {
-		return fmt.Errorf("cgroup %s still holds processes %v (another local node under a different state directory?)", CgroupRoot, procs)
 	}
 	return nil
 }

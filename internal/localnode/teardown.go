@@ -29,6 +29,12 @@ func Down(cfg Config) error {
 		return err
 	}
 	n := &Node{cfg: cfg, l: layout{cfg.StateDir}}
+	// The cgroups and the bridge have fixed names: only a state directory
+	// that has run a node may remove them, never an unrelated one while
+	// another node runs.
+	if _, err := os.Stat(n.l.path("run")); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	var errs []error
 	note := func(err error) {
 		if err != nil {
@@ -58,7 +64,10 @@ func Down(cfg Config) error {
 	stop(APIServer, 10*time.Second)
 	stop(Etcd, 10*time.Second)
 
-	if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
+	// Without ip(8) Up never started (preflight), so there is no bridge.
+	if _, err := exec.LookPath("ip"); err != nil {
+		// nothing to delete
+	} else if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
 		if out, err := exec.Command("ip", "link", "delete", BridgeName).CombinedOutput(); err != nil {
 			note(fmt.Errorf("deleting network device %s: %v: %s", BridgeName, err, out))
 		}

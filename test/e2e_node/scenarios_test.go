@@ -32,11 +32,12 @@ func TestCriticalPod(t *testing.T) {
 		be, bu, gu := e.upstreamFillers(false)
 		crit := e.createCritical(critical("critical", e.allocatable()))
 		e.expectPhase(be, v1.PodRunning)
-		e.expectPreempted(bu, v1.PodSucceeded)
-		e.expectPreempted(gu, v1.PodSucceeded)
+		e.expectPreempted(bu, exitsOnTerm)
+		e.expectPreempted(gu, exitsOnTerm)
 		e.expectVictims(bu.Name, gu.Name)
 		e.expectPhase(crit, v1.PodRunning)
 		e.checkMetrics(2)
+		e.expectPreemptorEvent(crit, "PreemptedForAdmission")
 	})
 }
 
@@ -48,8 +49,8 @@ func TestCriticalPodPodLevelResources(t *testing.T) {
 		s.podLevel = &v1.ResourceRequirements{Requests: e.allocatable()}
 		crit := e.createCritical(s)
 		e.expectPhase(be, v1.PodRunning)
-		e.expectPreempted(bu, v1.PodSucceeded)
-		e.expectPreempted(gu, v1.PodSucceeded)
+		e.expectPreempted(bu, exitsOnTerm)
+		e.expectPreempted(gu, exitsOnTerm)
 		e.expectVictims(bu.Name, gu.Name)
 		e.expectPhase(crit, v1.PodRunning)
 	})
@@ -99,7 +100,7 @@ func TestPriorityThroughAPIServer(t *testing.T) {
 			}
 			if c.critical {
 				p = e.waitPhase(p, 3*time.Minute, v1.PodRunning)
-				e.expectPreempted(filler, v1.PodSucceeded)
+				e.expectPreempted(filler, exitsOnTerm)
 				victims = append(victims, filler.Name)
 				e.deleteAndWait(p)
 				continue
@@ -138,8 +139,8 @@ func TestStaticCriticalPod(t *testing.T) {
 		e.row.latency = time.Since(start)
 		e.row.notes = append(e.row.notes, "latency from manifest write to mirror pod Running")
 		e.expectPhase(be, v1.PodRunning)
-		e.expectPreempted(bu, v1.PodSucceeded)
-		e.expectPreempted(gu, v1.PodSucceeded)
+		e.expectPreempted(bu, exitsOnTerm)
+		e.expectPreempted(gu, exitsOnTerm)
 		e.expectVictims(bu.Name, gu.Name)
 	})
 }
@@ -203,7 +204,7 @@ func TestMaxPods(t *testing.T) {
 		}
 		for _, p := range pods {
 			if len(got) == 1 && p.Name == got[0] {
-				e.expectPreempted(p, v1.PodSucceeded)
+				e.expectPreempted(p, exitsOnTerm)
 			} else {
 				e.expectPhase(p, v1.PodRunning)
 			}
@@ -275,7 +276,7 @@ func TestTerminationLatency(t *testing.T) {
 		e.createCritical(critical("critical", e.allocatable()))
 		for _, p := range pods {
 			// SIGKILL after the grace period: exit 137, so Failed.
-			e.expectPreempted(p, v1.PodFailed)
+			e.expectPreempted(p, killed)
 		}
 		e.expectVictims(names...)
 	})
@@ -311,6 +312,7 @@ func TestUnkillableVictim(t *testing.T) {
 		if cur := e.expectPhase(pods[0], v1.PodRunning); len(cur.Status.ContainerStatuses) == 1 && cur.Status.ContainerStatuses[0].State.Running == nil {
 			e.t.Errorf("stuck pod's container is not running: %+v", cur.Status.ContainerStatuses[0].State)
 		}
+		e.expectPreemptorEvent(crit, "PreemptionReplanned")
 		// The kubelet publishes a victim's DisruptionTarget condition with its
 		// terminal status, once its containers have stopped: never, here.
 		switch e.kubelet.name {
@@ -322,10 +324,7 @@ func TestUnkillableVictim(t *testing.T) {
 			e.note("the kill timed out; the critical pod was admitted while the stuck pod still holds its requests")
 		case "critlet":
 			for _, p := range pods[1:] {
-				e.expectPreempted(p, v1.PodSucceeded)
-			}
-			if n := e.eventCount(crit, "PreemptionReplanned"); n != 1 {
-				e.t.Errorf("critical pod has %d PreemptionReplanned events, want 1", n)
+				e.expectPreempted(p, exitsOnTerm)
 			}
 			e.expectVictims(pods[1].Name, pods[2].Name)
 			e.note("re-planned onto the two spare pods for the stuck pod's share")
@@ -357,10 +356,30 @@ func TestKubeletRestart(t *testing.T) {
 			e.t.Errorf("critical pod's container changed across the restart: before %s, after %+v", before, cur.Status.ContainerStatuses)
 		}
 		e.expectPhase(be, v1.PodRunning)
-		e.expectPreempted(bu, v1.PodSucceeded) // still exactly one Preempting event each
-		e.expectPreempted(gu, v1.PodSucceeded)
+		e.expectPreempted(bu, exitsOnTerm) // still exactly one Preempting event each
+		e.expectPreempted(gu, exitsOnTerm)
 		e.expectVictims(bu.Name, gu.Name)
 	})
+}
+
+// expectPreemptorEvent checks the critical pod's own admission event:
+// critlet records exactly one, with reason; upstream records none.
+func (e *env) expectPreemptorEvent(crit *v1.Pod, reason string) {
+	e.t.Helper()
+	var ours int
+	for _, r := range []string{"PreemptedForAdmission", "PreemptionReplanned", "PreemptionIncomplete", "PreemptionImpossible"} {
+		ours += e.eventCount(crit, r)
+	}
+	want := 0
+	if e.kubelet.name == "critlet" {
+		want = 1
+		if n := e.eventCount(crit, reason); n != 1 {
+			e.t.Errorf("critical pod has %d %s events, want 1", n, reason)
+		}
+	}
+	if ours != want {
+		e.t.Errorf("critical pod has %d admission events, want %d", ours, want)
+	}
 }
 
 func (e *env) ensurePriorityClass(name string, value int32) {

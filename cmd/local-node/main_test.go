@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestRun(t *testing.T) {
+	state := t.TempDir()
+	cases := []struct {
+		name     string
+		args     []string
+		code     int
+		out, err string
+	}{
+		{"no command", nil, 2, "", "usage: local-node up|down|status"},
+		{"unknown command", []string{"start"}, 2, "", `unknown command "start"`},
+		{"bad flag", []string{"up", "-no-such-flag"}, 2, "", "flag provided but not defined"},
+		{"negative max pods", []string{"up", "-state", state, "-max-pods", "-1"}, 2, "", "--max-pods must not be negative"},
+		{"status of nothing", []string{"status", "-state", state}, 0, "kube-apiserver  not started", ""},
+		{"down of nothing", []string{"down", "-state", state}, 0, "stopped and removed", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(context.Background(), c.args, &out, &errb)
+			if code != c.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, c.code, errb.String())
+			}
+			if !strings.Contains(out.String(), c.out) {
+				t.Errorf("stdout %q lacks %q", out.String(), c.out)
+			}
+			if !strings.Contains(errb.String(), c.err) {
+				t.Errorf("stderr %q lacks %q", errb.String(), c.err)
+			}
+		})
+	}
+}

@@ -1,0 +1,157 @@
+package process
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func spec(t *testing.T, name string, args ...string) Spec {
+	dir := t.TempDir()
+	return Spec{Name: name, Path: args[0], Args: args[1:], LogFile: filepath.Join(dir, name+".log"), PIDFile: filepath.Join(dir, name+".pid")}
+}
+
+func waitLog(t *testing.T, log, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(Tail(log, 3), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log never showed %q:\n%s", want, Tail(log, 3))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestStartReadStop(t *testing.T) {
+	s := spec(t, "sleeper", "/bin/sh", "-c", "echo hello; exec sleep 60")
+	h, err := Start(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, s.LogFile, "| hello")
+	ref, ok, err := Read("sleeper", s.PIDFile)
+	if err != nil || !ok {
+		t.Fatalf("Read: %v %v", ok, err)
+	}
+	if ref.PID != h.PID || ref.Started != h.Started || ref.LogFile != s.LogFile {
+		t.Errorf("Read = %+v, want the started process %+v", ref, h.Ref)
+	}
+	if !ref.Alive() {
+		t.Fatal("started process is not alive")
+	}
+	if err := ref.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("process still runs after Stop")
+	}
+	if ref.Alive() {
+		t.Error("Alive after Stop")
+	}
+	// Stopping what is gone is not an error.
+	if err := ref.Stop(time.Second); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+	if log := Tail(s.LogFile, 5); !strings.Contains(log, "| hello") || !strings.Contains(log, "starting /bin/sh") {
+		t.Errorf("log tail lacks the output or the start header:\n%s", log)
+	}
+}
+
+func TestStopEscalatesToKill(t *testing.T) {
+	s := spec(t, "stubborn", "/bin/sh", "-c", `trap "" TERM; echo ready; while true; do sleep 1; done`)
+	h, err := Start(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the trap is set, or SIGTERM could arrive before it.
+	waitLog(t, s.LogFile, "| ready")
+	start := time.Now()
+	if err := h.Ref.Stop(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("stopped after %s: SIGTERM should have been ignored for the grace period", d)
+	}
+	<-h.Done()
+}
+
+// A PID file whose process has been replaced by another with the same PID
+// must not lead to signalling the newcomer.
+func TestStaleIdentityIsNotSignalled(t *testing.T) {
+	s := spec(t, "other", "/bin/sleep", "60")
+	h, err := Start(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Ref.Stop(time.Second)
+	stale := h.Ref
+	stale.Started++
+	if stale.Alive() {
+		t.Fatal("a different start time still counts as alive")
+	}
+	if err := stale.Stop(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if !h.Ref.Alive() {
+		t.Fatal("Stop of a stale reference killed an unrelated process")
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, ok, err := Read("x", filepath.Join(dir, "missing.pid")); ok || err != nil {
+		t.Errorf("missing PID file: ok=%v err=%v, want neither", ok, err)
+	}
+	for _, content := range []string{"", "12", "abc 5", "-1 5", "12 x"} {
+		p := filepath.Join(dir, "bad.pid")
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Read("x", p); err == nil || !strings.Contains(err.Error(), "malformed") {
+			t.Errorf("PID file %q: err = %v, want malformed", content, err)
+		}
+	}
+}
+
+func TestStartFailures(t *testing.T) {
+	s := spec(t, "nothing", "/nonexistent/binary")
+	if _, err := Start(s); err == nil || !strings.Contains(err.Error(), "nothing: starting /nonexistent/binary") {
+		t.Errorf("err = %v, want a start error naming the component", err)
+	}
+	if _, err := os.Stat(s.PIDFile); !os.IsNotExist(err) {
+		t.Errorf("PID file written for a process that never started: %v", err)
+	}
+	s = spec(t, "nolog", "/bin/true")
+	s.LogFile = filepath.Join(t.TempDir(), "missing-dir", "x.log")
+	if _, err := Start(s); err == nil || !strings.Contains(err.Error(), "opening log") {
+		t.Errorf("err = %v, want a log error", err)
+	}
+}
+
+func TestTailKeepsLastLines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "log")
+	var b strings.Builder
+	for i := 0; i < 100; i++ {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := Tail(p, 3)
+	for _, want := range []string{"| line 97", "| line 98", "| line 99"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("tail lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "line 96") {
+		t.Errorf("tail has more than 3 lines:\n%s", got)
+	}
+	if got := Tail(filepath.Join(t.TempDir(), "none"), 3); !strings.Contains(got, "no log") {
+		t.Errorf("missing log: %q", got)
+	}
+}
