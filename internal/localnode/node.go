@@ -63,7 +63,7 @@ func Up(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		// Another binary, a rebuilt one, or other flags: restart the kubelet
 		// on the same node, as an upgrade would.
-		fmt.Fprintf(os.Stderr, "local node: the running kubelet is not %s %v as built now; restarting it\n", n.cfg.Kubelet, n.cfg.KubeletFlags)
+		fmt.Fprintf(os.Stderr, "local node: restarting the kubelet as %s %v (the running one differs or has been rebuilt)\n", n.cfg.Kubelet, n.cfg.KubeletFlags)
 		if err := n.StopKubelet(); err != nil {
 			return nil, err
 		}

@@ -160,7 +160,7 @@ func TestWaitForTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Ref.Stop(time.Second)
+	t.Cleanup(func() { _ = h.Ref.Stop(time.Second) })
 	err = waitFor(context.Background(), h, 300*time.Millisecond, "healthy", func(context.Context) error { return os.ErrDeadlineExceeded })
 	if err == nil || !strings.Contains(err.Error(), "sleeper was not healthy within 300ms") {
 		t.Errorf("err = %v, want a timeout naming the component", err)

@@ -1,6 +1,11 @@
 // Package process starts the local node's long-running components as
-// detached processes and finds them again later by PID file, so that one
-// command can start a node and another, run later, can stop it.
+// detached, supervised processes and finds them again later by PID file, so
+// that one command can start a node and another, run later, can stop it.
+//
+// Each component runs under a supervisor (this binary, re-executed): its
+// parent for as long as it lives, even after the command that started it
+// has exited. The supervisor passes signals on, records the component's exit
+// in its log, and, if killed itself, takes the component along.
 //
 // A PID alone is not an identity: after a crash or reboot the number may
 // belong to an unrelated process. Each PID file therefore also records the
@@ -58,6 +63,10 @@ func (h *Handle) Err() error { return h.err }
 // receives no signals meant for the caller's terminal, and records it in
 // spec.PIDFile.
 func Start(spec Spec) (*Handle, error) {
+	// The supervisor would only report this in the log; say it here.
+	if _, err := exec.LookPath(spec.Path); err != nil {
+		return nil, fmt.Errorf("%s: starting %s: %w", spec.Name, spec.Path, err)
+	}
 	logf, err := os.OpenFile(spec.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("%s: opening log: %w", spec.Name, err)
@@ -65,7 +74,12 @@ func Start(spec Spec) (*Handle, error) {
 	defer logf.Close()
 	fmt.Fprintf(logf, "==== %s: starting %s %s\n", time.Now().UTC().Format(time.RFC3339), spec.Path, strings.Join(spec.Args, " "))
 
-	cmd := exec.Command(spec.Path, spec.Args...)
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("%s: locating this binary to supervise it: %w", spec.Name, err)
+	}
+	cmd := exec.Command(self, append([]string{spec.Name, spec.Path}, spec.Args...)...)
+	cmd.Args[0] = supervisorArg0
 	cmd.Dir = spec.Dir
 	cmd.Env = append(os.Environ(), spec.Env...)
 	cmd.Stdout = logf

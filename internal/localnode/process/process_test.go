@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -31,6 +34,7 @@ func TestStartReadStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = h.Ref.Stop(time.Second) })
 	waitLog(t, s.LogFile, "| hello")
 	ref, ok, err := Read("sleeper", s.PIDFile)
 	if err != nil || !ok {
@@ -68,6 +72,7 @@ func TestStopEscalatesToKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = h.Ref.Stop(time.Second) })
 	// Wait until the trap is set, or SIGTERM could arrive before it.
 	waitLog(t, s.LogFile, "| ready")
 	start := time.Now()
@@ -88,7 +93,7 @@ func TestStaleIdentityIsNotSignalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Ref.Stop(time.Second)
+	t.Cleanup(func() { _ = h.Ref.Stop(time.Second) })
 	stale := h.Ref
 	stale.Started++
 	if stale.Alive() {
@@ -153,5 +158,43 @@ func TestTailKeepsLastLines(t *testing.T) {
 	}
 	if got := Tail(filepath.Join(t.TempDir(), "none"), 3); !strings.Contains(got, "no log") {
 		t.Errorf("missing log: %q", got)
+	}
+}
+
+// The supervisor records how its component ended, and a supervisor killed
+// outright takes its component along.
+func TestSupervisor(t *testing.T) {
+	s := spec(t, "exiter", "/bin/sh", "-c", "exit 7")
+	h, err := Start(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Ref.Stop(time.Second) })
+	<-h.Done()
+	if log := Tail(s.LogFile, 3); !strings.Contains(log, "exiter exited: exit status 7") {
+		t.Errorf("log lacks the exit:\n%s", log)
+	}
+
+	s = spec(t, "orphan", "/bin/sh", "-c", "echo pid=$$; exec sleep 60")
+	h, err = Start(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Ref.Stop(time.Second) })
+	// The start header holds the command line too; only the output has
+	// digits after "pid=".
+	waitLog(t, s.LogFile, "| pid=")
+	m := regexp.MustCompile(`\| pid=(\d+)`).FindStringSubmatch(Tail(s.LogFile, 3))
+	child, _ := strconv.Atoi(m[1])
+	childStarted, err := startTime(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(h.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-h.Done()
+	if !waitGone(Ref{Name: "child", PID: child, Started: childStarted}, 5*time.Second) {
+		t.Errorf("component %d outlived its killed supervisor", child)
 	}
 }
