@@ -80,10 +80,12 @@ test-build: kubelet kubelet-stock
 # covers a run killed by its timeout. The table is in _output/e2e-node-report.md.
 E2E_STATE := _output/e2e-node
 test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock
-	status=0; go test -trimpath -tags e2enode -count=1 -timeout 30m -v ./test/e2e_node/ -args -state $(CURDIR)/$(E2E_STATE) || status=$$?; \
+	status=0; go test -trimpath -tags e2enode -count=1 -timeout 60m -v ./test/e2e_node/ -args -state $(CURDIR)/$(E2E_STATE) || status=$$?; \
 	_output/bin/local-node down -state $(E2E_STATE) >/dev/null || status=1; exit $$status
 
 clean:
-	if [[ -d $(STATE_DIR)/run ]]; then _output/bin/local-node down -state $(STATE_DIR); fi
+	for d in $(STATE_DIR) $(E2E_STATE); do \
+		if [[ -e $$d/.critlet-local-node ]]; then _output/bin/local-node down -state $$d; fi; \
+	done
 	if [[ -d _output ]]; then chmod -R u+w _output; fi
 	rm -rf _output

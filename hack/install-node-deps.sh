@@ -12,9 +12,9 @@ command -v runc >/dev/null || need+=(runc)
 if [[ ! -x /bin/busybox || $(LC_ALL=C ldd /bin/busybox 2>&1 || true) != *'not a dynamic'* ]]; then
   need+=(busybox-static)
 fi
-for tool in unshare mount ip; do
-  command -v "$tool" >/dev/null || need+=("$(case $tool in ip) echo iproute2 ;; *) echo util-linux mount ;; esac)")
-done
+command -v unshare >/dev/null && command -v nsenter >/dev/null || need+=(util-linux)
+command -v mount >/dev/null && command -v umount >/dev/null || need+=(mount)
+command -v ip >/dev/null || need+=(iproute2)
 if [[ ${#need[@]} -eq 0 ]]; then
   exit 0
 fi
@@ -28,15 +28,14 @@ apt-get update -qq || { echo "install-node-deps: apt-get update failed" >&2; exi
 # The packages' maintainer scripts may try to start containerd; the node
 # runs its own instance, so starting services is refused here.
 policy=/usr/sbin/policy-rc.d
-restore=
 if [[ ! -e $policy ]]; then
+  # Never leave the host refusing all service starts, even when interrupted.
+  trap 'rm -f "$policy"' EXIT
   printf '#!/bin/sh\nexit 101\n' >"$policy"
   chmod +x "$policy"
-  restore=1
 fi
 status=0
 apt-get install -y -qq --no-install-recommends "${need[@]}" || status=$?
-if [[ -n $restore ]]; then rm -f "$policy"; fi
 if [[ $status -ne 0 ]]; then
   echo "install-node-deps: apt-get install ${need[*]} failed" >&2
   exit 1

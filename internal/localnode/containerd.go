@@ -102,21 +102,10 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return fmt.Errorf("containerd: writing CNI config: %w", err)
 	}
 
-	// containerd 1.6 puts shim sockets under /run/containerd and network
-	// namespaces under /run/netns whatever its configuration says; private
-	// tmpfs mounts keep both inside the node, and they vanish with it.
-	masks, err := n.maskSysctls("containerd", []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"})
+	script, err := n.namespaceScript()
 	if err != nil {
 		return err
 	}
-	script := []string{"set -e"}
-	for _, d := range []string{"/run/containerd", "/run/netns"} {
-		if err := n.hostDir(d); err != nil {
-			return err
-		}
-		script = append(script, fmt.Sprintf("mount -t tmpfs -o mode=0711 critlet %s", d))
-	}
-	script = append(script, masks...)
 	script = append(script, `exec "$0" "$@"`)
 	containerd, err := exec.LookPath("containerd")
 	if err != nil {

@@ -2,12 +2,12 @@ package localnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -68,8 +68,6 @@ func (n *Node) kubeletConfig() ([]byte, error) {
 		RuntimeRequestTimeout: metav1.Duration{Duration: n.cfg.RuntimeRequestTimeout},
 		ResolverConfig:        ptr.To(""),
 		RegisterNode:          ptr.To(true),
-		ServerTLSBootstrap:    false,
-		TLSCertFile:           "",
 	}
 	b, err := yaml.Marshal(c)
 	if err != nil {
@@ -84,8 +82,8 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if _, err := os.Stat(n.cfg.Kubelet); err != nil {
 		return fmt.Errorf("kubelet: %w (build it with 'make kubelet' or 'make kubelet-stock')", err)
 	}
-	for _, d := range []string{n.l.kubeletRoot(), n.cfg.ManifestDir(), n.cfg.DevicePluginDir(), n.l.path("kubelet", "pod-logs"),
-		n.l.path("kubelet", "var-log"), n.l.path("kubelet", "volume-plugins"), n.l.path("kubelet", "work")} {
+	for _, d := range []string{n.l.kubeletRoot(), n.cfg.ManifestDir(), n.l.path("kubelet", "pod-logs"),
+		n.l.path("kubelet", "volume-plugins"), n.l.path("kubelet", "work")} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return fmt.Errorf("kubelet: %w", err)
 		}
@@ -102,32 +100,12 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		return fmt.Errorf("kubelet: writing configuration: %w", err)
 	}
 
-	masks, err := n.maskSysctls("kubelet", kubeletSysctls)
+	// The kubelet joins the node's mount namespace, which containerd holds.
+	holder, err := n.namespaceHolder()
 	if err != nil {
-		return err
+		return fmt.Errorf("kubelet: %w", err)
 	}
-	script := []string{"set -e"}
-	script = append(script, masks...)
-	// The kubelet writes /var/log/containers, and the device manager's socket
-	// directory is fixed at /var/lib/kubelet/device-plugins.
-	if err := n.hostDir("/var/lib/kubelet/device-plugins"); err != nil {
-		return err
-	}
-	script = append(script,
-		"mount --bind "+n.l.path("kubelet", "var-log")+" /var/log",
-		"mount --bind "+n.cfg.DevicePluginDir()+" /var/lib/kubelet/device-plugins")
-	// The kubelet's iptables chains are for kube-proxy and the like, which
-	// the node does not run; without an iptables binary it creates none.
-	if ipt, err := exec.LookPath("iptables"); err == nil {
-		for _, bin := range []string{ipt, strings.TrimSuffix(ipt, "iptables") + "ip6tables"} {
-			if _, err := os.Stat(bin); err == nil {
-				script = append(script, "mount --bind /bin/false "+bin)
-			}
-		}
-	}
-	script = append(script, `exec "$0" "$@"`)
-
-	args := []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", strings.Join(script, "\n"), n.cfg.Kubelet,
+	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), "--", n.cfg.Kubelet,
 		"--config=" + confPath,
 		"--kubeconfig=" + n.pki.KubeletKubeconfig,
 		"--hostname-override=" + n.cfg.NodeName,
@@ -138,7 +116,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	args = append(args, n.cfg.KubeletFlags...)
 	h, err := n.start(process.Spec{
 		Name: Kubelet,
-		Path: "unshare",
+		Path: "nsenter",
 		Args: args,
 		// The kubelet's log cleanup can glob relative paths: give it an empty
 		// working directory of its own.
@@ -151,6 +129,9 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if err := os.WriteFile(n.l.path("run", "kubelet.spec"), []byte(n.kubeletSpec()), 0o644); err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
+	// The Node may still say Ready from an earlier kubelet; only a heartbeat
+	// after this start counts (heartbeats have one-second resolution).
+	started := time.Now().Add(-time.Second)
 	hc := &http.Client{Timeout: 2 * time.Second}
 	healthz := "http://127.0.0.1:" + strconv.Itoa(n.cfg.Ports.KubeletHealthz) + "/healthz"
 	return waitFor(ctx, h, 3*time.Minute, "node Ready", func(ctx context.Context) error {
@@ -166,7 +147,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		}
 		for _, c := range node.Status.Conditions {
 			if c.Type == v1.NodeReady {
-				if c.Status == v1.ConditionTrue {
+				if c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(started) {
 					return nil
 				}
 				return fmt.Errorf("node %s is not Ready: %s", n.cfg.NodeName, c.Message)
@@ -207,25 +188,43 @@ func (n *Node) KubeletAlive() bool {
 }
 
 // ResetKubelet stops the kubelet and removes everything it ran or stored:
-// the node's pods in the API, their sandboxes, pod cgroups, the Node object
-// and the kubelet's directory. The next StartKubelet registers a fresh node.
+// the node's pods in the API, their sandboxes and processes, pod cgroups,
+// the Node object, the kubelet's mounts and directory. The next
+// StartKubelet registers a fresh node. It goes on after a failed step and
+// reports them all.
 func (n *Node) ResetKubelet(ctx context.Context) error {
 	if err := n.StopKubelet(); err != nil {
 		return err
 	}
-	if err := n.deleteAPIPods(ctx); err != nil {
-		return err
-	}
-	if err := n.removeSandboxes(ctx); err != nil {
-		return err
-	}
-	if err := removeCgroups(CgroupRoot); err != nil {
-		return err
-	}
+	var errs []error
+	errs = append(errs, n.deleteAPIPods(ctx), n.removeSandboxes(ctx))
+	// What the runtime could not stop is killed.
+	errs = append(errs, killCgroupProcs(CgroupRoot), removeCgroups(CgroupRoot))
 	if err := n.client.CoreV1().Nodes().Delete(ctx, n.cfg.NodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting node %s: %w", n.cfg.NodeName, err)
+		errs = append(errs, fmt.Errorf("deleting node %s: %w", n.cfg.NodeName, err))
 	}
-	return removeAll(n.l.kubelet())
+	errs = append(errs, n.unmountInNamespace(n.l.kubelet()), removeAll(n.l.kubelet()))
+	for _, m := range []string{"var-log", "device-plugins"} {
+		errs = append(errs, clearDir(n.l.mount(m)))
+	}
+	return errors.Join(errs...)
+}
+
+// clearDir removes what dir holds and keeps dir: a mount may refer to it.
+func clearDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range entries {
+		if err := removeAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteAPIPods force-deletes every pod bound to the node: with the kubelet
@@ -263,13 +262,15 @@ func (n *Node) removeSandboxes(ctx context.Context) error {
 	}
 	// Frozen containers cannot die; thaw them first.
 	thawCgroups(CgroupRoot)
+	var errs []error
 	for _, sb := range list.Items {
 		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			return fmt.Errorf("stopping sandbox %s (%s/%s): %w", sb.Id, sb.Metadata.GetNamespace(), sb.Metadata.GetName(), err)
+			errs = append(errs, fmt.Errorf("stopping sandbox %s (%s/%s): %w", sb.Id, sb.Metadata.GetNamespace(), sb.Metadata.GetName(), err))
+			continue
 		}
 		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			return fmt.Errorf("removing sandbox %s: %w", sb.Id, err)
+			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -82,6 +82,17 @@ func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, l: layout{cfg.StateDir}}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the local node needs root: it runs containerd, mounts in a private namespace and manages cgroups (run as root, e.g. with sudo)")
+	}
+	if err := n.checkTools(); err != nil {
+		return nil, err
+	}
+	// The cgroup root, the bridge and the host mount points have fixed
+	// names: one node at a time owns them.
+	if owner := hostOwner(); owner != "" && owner != cfg.StateDir {
+		return nil, fmt.Errorf("the local node under %s owns this host's node resources (cgroup %s, bridge %s); stop it first: local-node down -state %s", owner, CgroupRoot, BridgeName, owner)
+	}
 	alive, stale, err := n.running()
 	if err != nil {
 		return nil, err
@@ -89,24 +100,30 @@ func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	if len(stale) > 0 || (len(alive) > 0 && !n.allAlive(alive)) {
 		// A crash or an interrupted Up: clear what is left, then start
 		// afresh.
-		fmt.Fprintf(os.Stderr, "local node: removing the remains of an earlier run in %s (not running: %s)\n", cfg.StateDir, strings.Join(stale, ", "))
+		fmt.Fprintf(os.Stderr, "local node: removing the remains of an earlier run in %s (running: %s; dead: %s)\n",
+			cfg.StateDir, listOrNone(alive), listOrNone(stale))
 		if err := Down(cfg); err != nil {
 			return nil, fmt.Errorf("clearing the earlier run: %w", err)
 		}
 		alive = nil
 	}
-	if err := n.preflight(len(alive) > 0); err != nil {
-		return nil, err
+	if len(alive) == 0 {
+		if err := n.checkHostFree(); err != nil {
+			return nil, err
+		}
 	}
 	for _, d := range []string{"logs", "run"} {
 		if err := os.MkdirAll(n.l.path(d), 0o755); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("creating the state directory: %w", err)
 		}
+	}
+	if err := n.claim(); err != nil {
+		return nil, err
 	}
 	apiURL := "https://127.0.0.1:" + strconv.Itoa(cfg.Ports.APIServer)
 	n.pki, err = pki.Ensure(n.l.pki(), apiURL, cfg.NodeName, time.Now())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("certificates: %w", err)
 	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", n.pki.AdminKubeconfig)
 	if err != nil {
@@ -114,7 +131,7 @@ func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	restCfg.QPS, restCfg.Burst = 100, 200
 	if n.client, err = kubernetes.NewForConfig(restCfg); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("API client: %w", err)
 	}
 	if n.isAlive(APIServer) {
 		return n, nil
@@ -125,6 +142,13 @@ func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	return n, nil
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 func (n *Node) allAlive(alive []string) bool {
@@ -185,27 +209,47 @@ func Status(cfg Config) ([]string, error) {
 	return lines, nil
 }
 
-// preflight checks what Up needs before it starts anything, so that a
-// missing privilege, tool or port is reported as such rather than as a
-// component dying.
-func (n *Node) preflight(resuming bool) error {
-	if os.Geteuid() != 0 {
-		return errors.New("the local node needs root: it runs containerd, mounts in private namespaces and manages cgroups (run as root, e.g. with sudo)")
-	}
-	if err := n.checkTools(); err != nil {
-		return err
-	}
-	if resuming {
-		return nil
-	}
+// checkHostFree checks, before a node starts, that nothing holds its ports,
+// bridge or cgroup root, so that these are reported as such rather than as
+// a component dying.
+func (n *Node) checkHostFree() error {
 	if err := n.cfg.Ports.checkFree(); err != nil {
 		return err
 	}
 	if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
-		return fmt.Errorf("network device %s already exists (another local node under a different state directory?): %s", BridgeName, strings.TrimSpace(string(out)))
+		return fmt.Errorf("network device %s already exists, not made by this node: %s", BridgeName, strings.TrimSpace(string(out)))
 	}
 	if procs := cgroupProcs(CgroupRoot); len(procs) > 0 {
-		return fmt.Errorf("cgroup %s still holds processes %v (another local node under a different state directory?)", CgroupRoot, procs)
+		return fmt.Errorf("cgroup %s still holds processes %v, not started by this node", CgroupRoot, procs)
+	}
+	return nil
+}
+
+// ownerFile names, on the host, the state directory of the node that owns
+// the fixed-name resources; it is on tmpfs, so a reboot, which removes
+// those resources too, also removes it.
+const ownerFile = "/run/critlet-local-node.owner"
+
+// markerFile marks a state directory as a node's: Down removes nothing
+// from a directory without it.
+const markerFile = ".critlet-local-node"
+
+func hostOwner() string {
+	b, err := os.ReadFile(ownerFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// claim marks the state directory as a node's and the host's fixed-name
+// resources as this node's.
+func (n *Node) claim() error {
+	if err := os.WriteFile(n.l.path(markerFile), []byte("critlet local node state; remove with local-node down\n"), 0o644); err != nil {
+		return fmt.Errorf("marking the state directory: %w", err)
+	}
+	if err := os.WriteFile(ownerFile, []byte(n.cfg.StateDir+"\n"), 0o644); err != nil {
+		return fmt.Errorf("claiming the host's node resources: %w", err)
 	}
 	return nil
 }
@@ -218,7 +262,7 @@ func (n *Node) checkTools() error {
 			missing = append(missing, f+" (run 'make local-up', which builds it)")
 		}
 	}
-	for _, t := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "unshare", "mount", "ip"} {
+	for _, t := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "unshare", "nsenter", "mount", "umount", "ip"} {
 		if _, err := exec.LookPath(t); err != nil {
 			missing = append(missing, t+" (hack/install-node-deps.sh installs it)")
 		}
@@ -282,30 +326,6 @@ func waitFor(ctx context.Context, h *process.Handle, timeout time.Duration, what
 	}
 }
 
-// maskSysctls prepares, for a component's mount namespace, files holding
-// the host's current values of the given /proc/sys keys, and returns the
-// shell lines that bind-mount them over the keys.
-func (n *Node) maskSysctls(component string, keys []string) ([]string, error) {
-	dir := n.l.path(component + "-sysctl")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	var lines []string
-	for _, k := range keys {
-		src := filepath.Join("/proc/sys", k)
-		v, err := os.ReadFile(src)
-		if err != nil {
-			continue // not on this kernel: nothing to protect
-		}
-		f := filepath.Join(dir, strings.ReplaceAll(k, "/", "."))
-		if err := os.WriteFile(f, v, 0o644); err != nil {
-			return nil, err
-		}
-		lines = append(lines, fmt.Sprintf("mount --bind %s %s", f, src))
-	}
-	return lines, nil
-}
-
 // hostDir makes a mount point on the host and, if it did not exist,
 // records it so that Down removes it again.
 func (n *Node) hostDir(dir string) error {
@@ -325,7 +345,7 @@ func (n *Node) hostDir(dir string) error {
 	}
 	f, err := os.OpenFile(n.l.path("host-dirs"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("recording mount point %s: %w", dir, err)
 	}
 	defer f.Close()
 	_, err = fmt.Fprintln(f, top)

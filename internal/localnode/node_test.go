@@ -230,3 +230,34 @@ func TestConfigDefaults(t *testing.T) {
 		}
 	}
 }
+
+// Down removes nothing from a directory no node has claimed, such as a
+// mistyped state directory.
+func TestDownLeavesUnclaimedDirectories(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"run", "etcd", "kubelet", "precious"} {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Down(Config{StateDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"run", "etcd", "kubelet", "precious"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("Down of an unclaimed directory removed %s", name)
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	for _, s := range []string{"/plain/path", "/with space/x", `/it's`, `/$(touch /tmp/x)`, "/back`tick`", ""} {
+		out, err := exec.Command("/bin/sh", "-c", "printf %s "+shellQuote(s)).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(out) != s {
+			t.Errorf("shell saw %q for %q", out, s)
+		}
+	}
+}

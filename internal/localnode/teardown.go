@@ -29,12 +29,14 @@ func Down(cfg Config) error {
 		return err
 	}
 	n := &Node{cfg: cfg, l: layout{cfg.StateDir}}
-	// The cgroups and the bridge have fixed names: only a state directory
-	// that has run a node may remove them, never an unrelated one while
-	// another node runs.
-	if _, err := os.Stat(n.l.path("run")); errors.Is(err, fs.ErrNotExist) {
+	// Only a directory a node has claimed is touched: a mistyped state
+	// directory must not lose its contents.
+	if _, err := os.Stat(n.l.path(markerFile)); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
+	// The fixed-name host resources belong to whichever node claimed them
+	// last; another node's are left alone.
+	owns := hostOwner() == cfg.StateDir
 	var errs []error
 	note := func(err error) {
 		if err != nil {
@@ -59,40 +61,51 @@ func Down(cfg Config) error {
 	cancel()
 	stop(Containerd, 10*time.Second)
 	note(killShims(n.l.criSocket()))
-	note(killCgroupProcs(CgroupRoot))
-	note(removeCgroups(CgroupRoot))
+	if owns {
+		note(killCgroupProcs(CgroupRoot))
+		note(removeCgroups(CgroupRoot))
+	}
 	stop(APIServer, 10*time.Second)
 	stop(Etcd, 10*time.Second)
 
-	// Without ip(8) Up never started (preflight), so there is no bridge.
-	if _, err := exec.LookPath("ip"); err != nil {
-		// nothing to delete
-	} else if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
-		if out, err := exec.Command("ip", "link", "delete", BridgeName).CombinedOutput(); err != nil {
-			note(fmt.Errorf("deleting network device %s: %v: %s", BridgeName, err, out))
+	if owns {
+		note(deleteBridge())
+		for _, d := range n.l.createdHostDirs() {
+			// Only empty directories: anything inside is somebody else's.
+			note(removeEmptyTree(d))
 		}
-	} else if !strings.Contains(string(out), "does not exist") {
-		note(fmt.Errorf("checking network device %s: %v: %s", BridgeName, err, out))
-	}
-	note(unmountUnder(cfg.StateDir))
-	for _, d := range n.l.createdHostDirs() {
-		// Only empty directories: anything inside is somebody else's.
-		if err := removeEmptyTree(d); err != nil {
+		if err := os.Remove(ownerFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			note(err)
 		}
 	}
-	// Keep the logs: they are what explains a failure after the fact.
-	entries, err := os.ReadDir(cfg.StateDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		note(err)
-	}
-	for _, e := range entries {
-		if e.Name() == "logs" {
-			continue
-		}
-		note(removeAll(filepath.Join(cfg.StateDir, e.Name())))
+	note(unmountUnder(cfg.StateDir))
+	// Only what Up creates goes; the logs stay, as they explain a failure
+	// after the fact.
+	for _, name := range stateEntries {
+		note(removeAll(n.l.path(name)))
 	}
 	return errors.Join(errs...)
+}
+
+// stateEntries are what Up creates in the state directory, besides logs.
+var stateEntries = []string{"run", "pki", "etcd", "apiserver", "containerd", "cni", "images", "kubelet", "mounts", "sysctl", "host-dirs", markerFile}
+
+func deleteBridge() error {
+	// Without ip(8) Up never started, so there is no bridge.
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil
+	}
+	out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "does not exist") {
+			return nil
+		}
+		return fmt.Errorf("checking network device %s: %v: %s", BridgeName, err, out)
+	}
+	if out, err := exec.Command("ip", "link", "delete", BridgeName).CombinedOutput(); err != nil {
+		return fmt.Errorf("deleting network device %s: %v: %s", BridgeName, err, out)
+	}
+	return nil
 }
 
 // killShims kills the runc shims that serve the containerd at socket; they
@@ -100,7 +113,7 @@ func Down(cfg Config) error {
 func killShims(socket string) error {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
-		return err
+		return fmt.Errorf("listing processes: %w", err)
 	}
 	var pids []int
 	for _, p := range procs {
@@ -127,7 +140,27 @@ func killShims(socket string) error {
 			return fmt.Errorf("killing shim %d: %w", pid, err)
 		}
 	}
+	// Their state is removed next: wait until they are gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for processRuns(pid) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("shim %d survived SIGKILL", pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	return nil
+}
+
+// processRuns reports whether pid exists and is not a zombie.
+func processRuns(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
 // cgroupMounts returns the mount points of the host's cgroup hierarchies.
@@ -257,9 +290,13 @@ func removeCgroups(root string) error {
 	for _, d := range cgroupDirs(root) {
 		var err error
 		for i := 0; i < 50; i++ {
-			// A cgroup is busy for a moment after its last process exits.
+			// A cgroup is busy for a moment after its last process exits;
+			// one that still holds processes will not empty by waiting.
 			if err = syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) {
 				err = nil
+				break
+			}
+			if procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs")); len(strings.TrimSpace(string(procs))) > 0 {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)

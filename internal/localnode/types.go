@@ -1,9 +1,10 @@
 // Package localnode runs a single-node Kubernetes cluster on loopback: etcd,
 // kube-apiserver, containerd with runc, and a kubelet, each a separate
-// process with its PID file and log under one state directory. The kubelet
-// and containerd run in private mount namespaces, so that what they mount and
-// the host files they would change (sysctls, /var/log, shim sockets) stay
-// inside the node; Down removes everything Up created.
+// supervised process with its PID file and log under one state directory.
+// containerd and the kubelet share the node's private mount namespace, so
+// that what they mount and the host files they would change (sysctls,
+// /var/log, shim sockets) stay inside the node; Down removes everything Up
+// created.
 package localnode
 
 import (
@@ -89,12 +90,16 @@ func (l layout) images() string             { return l.path("images") }
 func (l layout) kubelet() string            { return l.path("kubelet") }
 func (l layout) kubeletRoot() string        { return l.path("kubelet", "root") }
 
+// mount is a directory bind-mounted over a host path in the node's mount
+// namespace; it outlives kubelet restarts, since the mount refers to it.
+func (l layout) mount(name string) string { return l.path("mounts", name) }
+
 // ManifestDir is the kubelet's static pod directory.
 func (c Config) ManifestDir() string { return layout{c.StateDir}.path("kubelet", "manifests") }
 
 // DevicePluginDir is where the kubelet's device-plugin socket appears on the
 // host (inside the kubelet's namespace it is /var/lib/kubelet/device-plugins).
-func (c Config) DevicePluginDir() string { return layout{c.StateDir}.path("kubelet", "device-plugins") }
+func (c Config) DevicePluginDir() string { return layout{c.StateDir}.mount("device-plugins") }
 
 // AdminKubeconfig is the path of the cluster-admin kubeconfig.
 func (c Config) AdminKubeconfig() string {

@@ -204,8 +204,9 @@ func (s podSpec) pod(node string) *v1.Pod {
 			TerminationGracePeriodSeconds: s.gracePeriod,
 			Resources:                     s.podLevel,
 			RuntimeClassName:              runtimeClass(s.runtimeClass),
-			// No cluster DNS runs here; the host resolver avoids the
-			// kubelet's MissingClusterDNS event.
+			// No cluster DNS runs here: with DNSDefault the pod takes the
+			// node's resolver configuration (none) and the kubelet records
+			// no MissingClusterDNS event.
 			DNSPolicy: v1.DNSDefault,
 			Containers: []v1.Container{{
 				Name:            "c",
@@ -324,7 +325,7 @@ func (e *env) waitPhase(p *v1.Pod, timeout time.Duration, phases ...v1.PodPhase)
 	return last
 }
 
-// expectStays checks that p is still in phase after the kubelet has had
+// expectPhase checks that p is in phase after the kubelet has had
 // time to act on it.
 func (e *env) expectPhase(p *v1.Pod, phase v1.PodPhase) *v1.Pod {
 	e.t.Helper()

@@ -140,25 +140,52 @@ func (r Ref) Alive() bool {
 	return err == nil && st == r.Started && state != 'Z' && state != 'X'
 }
 
+// Component returns the supervised component: the supervisor's child.
+func (r Ref) Component() (Ref, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", r.PID, r.PID))
+	if err != nil {
+		return Ref{}, fmt.Errorf("%s: finding the supervised process: %w", r.Name, err)
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return Ref{}, fmt.Errorf("%s (pid %d) supervises no process", r.Name, r.PID)
+	}
+	pid, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return Ref{}, fmt.Errorf("%s: malformed children list %q", r.Name, b)
+	}
+	started, err := startTime(pid)
+	if err != nil {
+		return Ref{}, fmt.Errorf("%s: supervised process %d: %w", r.Name, pid, err)
+	}
+	return Ref{Name: r.Name, PID: pid, Started: started, LogFile: r.LogFile}, nil
+}
+
 // Stop sends SIGTERM and, after grace, SIGKILL, and waits until the process
-// is gone. A process that no longer runs is not an error.
+// and the component it supervises are gone. A process that no longer runs
+// is not an error.
 func (r Ref) Stop(grace time.Duration) error {
 	if !r.Alive() {
 		return nil
 	}
+	// A supervisor killed outright leaves its component to Pdeathsig, which
+	// acts a moment later: wait for the component too.
+	component, cerr := r.Component()
 	if err := syscall.Kill(r.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("%s (pid %d): SIGTERM: %w", r.Name, r.PID, err)
 	}
-	if waitGone(r, grace) {
-		return nil
+	if !waitGone(r, grace) {
+		if err := syscall.Kill(r.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("%s (pid %d): SIGKILL: %w", r.Name, r.PID, err)
+		}
+		if !waitGone(r, 10*time.Second) {
+			return fmt.Errorf("%s (pid %d) still runs 10s after SIGKILL", r.Name, r.PID)
+		}
 	}
-	if err := syscall.Kill(r.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("%s (pid %d): SIGKILL: %w", r.Name, r.PID, err)
+	if cerr == nil && !waitGone(component, 10*time.Second) {
+		return fmt.Errorf("%s: supervised process %d still runs 10s after its supervisor", r.Name, component.PID)
 	}
-	if waitGone(r, 10*time.Second) {
-		return nil
-	}
-	return fmt.Errorf("%s (pid %d) still runs 10s after SIGKILL", r.Name, r.PID)
+	return nil
 }
 
 func waitGone(r Ref, d time.Duration) bool {

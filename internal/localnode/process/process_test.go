@@ -190,6 +190,9 @@ func TestSupervisor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c, err := h.Ref.Component(); err != nil || c.PID != child {
+		t.Errorf("Component() = %+v, %v; want pid %d", c, err, child)
+	}
 	if err := syscall.Kill(h.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,136 @@
+package localnode
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/critlet/critlet/internal/localnode/process"
+)
+
+// The node's mount namespace is created with containerd and joined by every
+// kubelet the node runs. One namespace for both matters: the kubelet mounts
+// pods' secret, projected and memory-backed volumes, and runc, started by
+// containerd, must see those mounts to put them in containers. Inside it,
+// the host paths the node would otherwise change are replaced by the node's
+// own (see namespaceScript); the namespace, and every mount in it, is gone
+// once the node's last process exits.
+
+// namespaceScript returns the shell lines that prepare the namespace.
+func (n *Node) namespaceScript() ([]string, error) {
+	lines := []string{"set -e"}
+	// containerd 1.6 keeps shim sockets under /run/containerd and network
+	// namespaces under /run/netns whatever its configuration says, and its
+	// CNI library caches results in /var/lib/cni.
+	for _, d := range []string{"/run/containerd", "/run/netns", "/var/lib/cni"} {
+		if err := n.hostDir(d); err != nil {
+			return nil, err
+		}
+		lines = append(lines, "mount -t tmpfs -o mode=0711 critlet "+shellQuote(d))
+	}
+	masks, err := n.maskSysctls(append([]string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"}, kubeletSysctls...))
+	if err != nil {
+		return nil, err
+	}
+	lines = append(lines, masks...)
+	// The kubelet writes /var/log/containers, and its device manager's socket
+	// directory is fixed at /var/lib/kubelet/device-plugins.
+	if err := n.hostDir("/var/lib/kubelet/device-plugins"); err != nil {
+		return nil, err
+	}
+	for src, dst := range map[string]string{n.l.mount("var-log"): "/var/log", n.l.mount("device-plugins"): "/var/lib/kubelet/device-plugins"} {
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return nil, fmt.Errorf("node namespace: %w", err)
+		}
+		lines = append(lines, "mount --bind "+shellQuote(src)+" "+shellQuote(dst))
+	}
+	// The kubelet's iptables chains serve kube-proxy and the like, which the
+	// node does not run, and the CNI bridge needs none without masquerading:
+	// iptables is /bin/false here, so nothing touches the host's rules.
+	if ipt, err := exec.LookPath("iptables"); err == nil {
+		for _, bin := range []string{ipt, filepath.Join(filepath.Dir(ipt), "ip6tables")} {
+			if _, err := os.Stat(bin); err == nil {
+				lines = append(lines, "mount --bind /bin/false "+shellQuote(bin))
+			}
+		}
+	}
+	return lines, nil
+}
+
+// maskSysctls writes, for each /proc/sys key, a file holding the host's
+// current value, and returns the lines that bind-mount the files over the
+// keys: the node's processes then change the files, not the kernel.
+func (n *Node) maskSysctls(keys []string) ([]string, error) {
+	dir := n.l.path("sysctl")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("node namespace: %w", err)
+	}
+	var lines []string
+	for _, k := range keys {
+		src := filepath.Join("/proc/sys", k)
+		v, err := os.ReadFile(src)
+		if err != nil {
+			continue // not on this kernel: nothing to protect
+		}
+		f := filepath.Join(dir, strings.ReplaceAll(k, "/", "."))
+		if err := os.WriteFile(f, v, 0o644); err != nil {
+			return nil, fmt.Errorf("node namespace: %w", err)
+		}
+		lines = append(lines, "mount --bind "+shellQuote(f)+" "+shellQuote(src))
+	}
+	return lines, nil
+}
+
+// namespaceHolder returns containerd's process, whose mount namespace is
+// the node's.
+func (n *Node) namespaceHolder() (process.Ref, error) {
+	ref, ok, err := process.Read(Containerd, n.l.pidFile(Containerd))
+	switch {
+	case err != nil:
+		return process.Ref{}, err
+	case !ok || !ref.Alive():
+		return process.Ref{}, fmt.Errorf("containerd is not running: the node's mount namespace is gone (run local-node up)")
+	}
+	return ref.Component()
+}
+
+// unmountInNamespace removes the mounts below dir in the node's namespace,
+// deepest first: a stopped kubelet leaves its own there.
+func (n *Node) unmountInNamespace(dir string) error {
+	holder, err := n.namespaceHolder()
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", holder.PID))
+	if err != nil {
+		return fmt.Errorf("reading the node namespace's mounts: %w", err)
+	}
+	var mounts []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 {
+			if mp := unescapeMount(fields[4]); strings.HasPrefix(mp, dir+"/") {
+				mounts = append(mounts, mp)
+			}
+		}
+	}
+	f.Close()
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	for _, m := range mounts {
+		out, err := exec.Command("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), "--", "umount", "--lazy", m).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("unmounting %s in the node's namespace: %v: %s", m, err, out)
+		}
+	}
+	return nil
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
