@@ -1,12 +1,10 @@
 package localnode
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/critlet/critlet/internal/localnode/process"
@@ -105,22 +103,10 @@ func (n *Node) unmountInNamespace(dir string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", holder.PID))
+	mounts, err := mountsUnder(fmt.Sprintf("/proc/%d/mountinfo", holder.PID), dir)
 	if err != nil {
-		return fmt.Errorf("reading the node namespace's mounts: %w", err)
+		return fmt.Errorf("the node namespace's mounts: %w", err)
 	}
-	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 {
-			if mp := unescapeMount(fields[4]); strings.HasPrefix(mp, dir+"/") {
-				mounts = append(mounts, mp)
-			}
-		}
-	}
-	f.Close()
-	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
 	for _, m := range mounts {
 		out, err := exec.Command("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), "--", "umount", "--lazy", m).CombinedOutput()
 		if err != nil {

@@ -261,3 +261,25 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+func TestMountsUnder(t *testing.T) {
+	info := filepath.Join(t.TempDir(), "mountinfo")
+	lines := "22 1 0:21 / /state/kubelet rw - ext4 a rw\n" +
+		"23 22 0:22 / /state/kubelet/pods/x\\040y/vol rw - tmpfs b rw\n" +
+		"24 1 0:23 / /state-other/k rw - tmpfs c rw\n" +
+		"25 1 0:24 / /state rw - tmpfs d rw\n"
+	if err := os.WriteFile(info, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := mountsUnder(info, "/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"/state/kubelet/pods/x y/vol", "/state/kubelet"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("mountsUnder = %q, want %q (deepest first, only below the directory)", got, want)
+	}
+	if _, err := mountsUnder(filepath.Join(t.TempDir(), "none"), "/state"); err == nil {
+		t.Error("a missing mountinfo file was not an error")
+	}
+}

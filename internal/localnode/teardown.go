@@ -310,22 +310,10 @@ func removeCgroups(root string) error {
 
 // unmountUnder lazily unmounts every host mount below dir, deepest first.
 func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountsUnder("/proc/self/mountinfo", dir)
 	if err != nil {
 		return err
 	}
-	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 {
-			if mp := unescapeMount(fields[4]); strings.HasPrefix(mp, dir+"/") {
-				mounts = append(mounts, mp)
-			}
-		}
-	}
-	f.Close()
-	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
 	var errs []error
 	for _, m := range mounts {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
@@ -333,6 +321,32 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// mountsUnder lists the mount points below dir in a mountinfo file, deepest
+// first, the order they can be unmounted in.
+func mountsUnder(mountinfo, dir string) ([]string, error) {
+	f, err := os.Open(mountinfo)
+	if err != nil {
+		return nil, fmt.Errorf("reading mounts: %w", err)
+	}
+	defer f.Close()
+	var mounts []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// fields: id parent major:minor root mountpoint ...
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 {
+			if mp := unescapeMount(fields[4]); strings.HasPrefix(mp, dir+"/") {
+				mounts = append(mounts, mp)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", mountinfo, err)
+	}
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	return mounts, nil
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).
