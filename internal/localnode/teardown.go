@@ -143,7 +143,7 @@ func killShims(socket string) error {
 	// Their state is removed next: wait until they are gone.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range pids {
-		for processRuns(pid) {
+		for process.Runs(pid) {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("shim %d survived SIGKILL", pid)
 			}
@@ -151,16 +151,6 @@ func killShims(socket string) error {
 		}
 	}
 	return nil
-}
-
-// processRuns reports whether pid exists and is not a zombie.
-func processRuns(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
 // cgroupMounts returns the mount points of the host's cgroup hierarchies.

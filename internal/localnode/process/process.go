@@ -161,6 +161,12 @@ func (r Ref) Component() (Ref, error) {
 	return Ref{Name: r.Name, PID: pid, Started: started, LogFile: r.LogFile}, nil
 }
 
+// Runs reports whether a process with pid exists and is not a zombie.
+func Runs(pid int) bool {
+	_, state, err := stat(pid)
+	return err == nil && state != 'Z' && state != 'X'
+}
+
 // Stop sends SIGTERM and, after grace, SIGKILL, and waits until the process
 // and the component it supervises are gone. A process that no longer runs
 // is not an error.
