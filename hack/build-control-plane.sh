@@ -27,9 +27,7 @@ if [[ ${#targets[@]} -eq 0 ]]; then
   targets=(kube-apiserver etcd)
 fi
 
-version=$(upstream::version)
-upstream::copy "$version" "${root}/_output/upstream"
-upstream::modfile "$UPSTREAM_COPY" "${root}/_output/build"
+upstream::prepare "$root" || fail "preparing the pinned upstream module failed"
 mkdir -p _output/bin
 
 for target in "${targets[@]}"; do
@@ -37,7 +35,7 @@ for target in "${targets[@]}"; do
   case $target in
     kube-apiserver)
       pkg=${UPSTREAM_MODULE}/cmd/kube-apiserver
-      version::ldflags stock "$version" "$(upstream::date)"
+      version::ldflags stock "$UPSTREAM_VERSION" "$(upstream::date)"
       want="Kubernetes ${STAMPED_VERSION}"
       ;;
     etcd)
@@ -50,7 +48,7 @@ for target in "${targets[@]}"; do
     *) fail "unknown target '$target' (want kube-apiserver or etcd)" ;;
   esac
   echo "building $out" >&2
-  go build -modfile="${root}/_output/build/go.mod" -trimpath -buildvcs=false \
+  go build -modfile="$BUILD_MODFILE" -trimpath -buildvcs=false \
     -ldflags="$LDFLAGS" -o "$out" "$pkg" || fail "go build of $pkg failed"
   # A binary that does not report the pinned version is not the one the
   # local node was tested with.

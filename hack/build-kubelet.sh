@@ -32,13 +32,11 @@ fail() {
   exit 1
 }
 
-version=$(upstream::version)
-upstream::copy "$version" "${root}/_output/upstream"
-upstream::modfile "$UPSTREAM_COPY" "${root}/_output/build"
-version::ldflags "$flavor" "$version" "$(upstream::date)"
+upstream::prepare "$root" || fail "preparing the pinned upstream module failed"
+version::ldflags "$flavor" "$UPSTREAM_VERSION" "$(upstream::date)"
 
 args=(
-  -modfile="${root}/_output/build/go.mod"
+  -modfile="$BUILD_MODFILE"
   -trimpath
   # The commit is stamped below; Go's own VCS stamping would only add a second,
   # git-dependent copy of it.

@@ -8,6 +8,18 @@
 
 UPSTREAM_MODULE=k8s.io/kubernetes
 
+# upstream::prepare ROOT: the steps every build from the pinned module takes:
+# sets UPSTREAM_VERSION, makes the pristine copy (UPSTREAM_COPY) under
+# ROOT/_output/upstream and the modfile ROOT/_output/build/go.mod, set in
+# BUILD_MODFILE.
+upstream::prepare() {
+  local root=$1
+  UPSTREAM_VERSION=$(upstream::version) || return 1
+  upstream::copy "$UPSTREAM_VERSION" "${root}/_output/upstream" || return 1
+  upstream::modfile "$UPSTREAM_COPY" "${root}/_output/build" || return 1
+  BUILD_MODFILE="${root}/_output/build/go.mod"
+}
+
 # upstream::version: prints the k8s.io/kubernetes version go.mod requires.
 upstream::version() {
   local v

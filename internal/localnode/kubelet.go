@@ -125,7 +125,6 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.kubelet = h
 	if err := os.WriteFile(n.l.path("run", "kubelet.spec"), []byte(n.kubeletSpec()), 0o644); err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
@@ -169,23 +168,10 @@ func (n *Node) kubeletSpec() string {
 
 // StopKubelet stops the kubelet, leaving its pods to the runtime, as a
 // kubelet restart does.
-func (n *Node) StopKubelet() error {
-	ref, ok, err := process.Read(Kubelet, n.l.pidFile(Kubelet))
-	if err != nil || !ok {
-		return err
-	}
-	if err := ref.Stop(10 * time.Second); err != nil {
-		return err
-	}
-	n.kubelet = nil
-	return os.Remove(n.l.pidFile(Kubelet))
-}
+func (n *Node) StopKubelet() error { return n.stopComponent(Kubelet, 10*time.Second) }
 
 // KubeletAlive reports whether the kubelet process still runs.
-func (n *Node) KubeletAlive() bool {
-	ref, ok, err := process.Read(Kubelet, n.l.pidFile(Kubelet))
-	return err == nil && ok && ref.Alive()
-}
+func (n *Node) KubeletAlive() bool { return n.isAlive(Kubelet) }
 
 // ResetKubelet stops the kubelet and removes everything it ran or stored:
 // the node's pods in the API, their sandboxes and processes, pod cgroups,

@@ -26,7 +26,6 @@ type Node struct {
 	l       layout
 	pki     *pki.Set
 	client  kubernetes.Interface
-	kubelet *process.Handle
 }
 
 // Client is a cluster-admin client of the node's API server.
@@ -163,6 +162,22 @@ func (n *Node) allAlive(alive []string) bool {
 func (n *Node) isAlive(name string) bool {
 	ref, ok, err := process.Read(name, n.l.pidFile(name))
 	return err == nil && ok && ref.Alive()
+}
+
+// stopComponent stops the component recorded in its PID file, if any, and
+// removes the file.
+func (n *Node) stopComponent(name string, grace time.Duration) error {
+	ref, ok, err := process.Read(name, n.l.pidFile(name))
+	if err != nil || !ok {
+		return err
+	}
+	if err := ref.Stop(grace); err != nil {
+		return err
+	}
+	if err := os.Remove(n.l.pidFile(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }
 
 // running returns the components whose PID files name a live process, and

@@ -43,14 +43,7 @@ func Down(cfg Config) error {
 			errs = append(errs, err)
 		}
 	}
-	stop := func(name string, grace time.Duration) {
-		ref, ok, err := process.Read(name, n.l.pidFile(name))
-		if err != nil || !ok {
-			note(err)
-			return
-		}
-		note(ref.Stop(grace))
-	}
+	stop := func(name string, grace time.Duration) { note(n.stopComponent(name, grace)) }
 
 	stop(Kubelet, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/critlet/critlet/test/e2e_node/deviceplugin"
@@ -95,7 +96,7 @@ func TestPriorityThroughAPIServer(t *testing.T) {
 			s := c.spec
 			s.name, s.requests = c.name, all
 			p := e.create(s)
-			if got := ptrValue(p.Spec.Priority); got != c.wantPriority {
+			if got := ptr.Deref(p.Spec.Priority, 0); got != c.wantPriority {
 				e.t.Errorf("%s: spec.priority = %d, want %d", c.name, got, c.wantPriority)
 			}
 			if c.critical {
@@ -120,7 +121,7 @@ func TestStaticCriticalPod(t *testing.T) {
 		be, bu, gu := e.upstreamFillers(false)
 		s := critical("static-critical", e.allocatable())
 		s.annotations = nil // the file source sets its own
-		s.priority = ptrTo(int32(2_000_001_000))
+		s.priority = ptr.To(int32(2_000_001_000))
 		manifest := s.pod("")
 		manifest.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
 		manifest.Spec.NodeName = ""
@@ -164,28 +165,11 @@ func TestNonCriticalRejected(t *testing.T) {
 // for cpu or memory (the reason names the first resource that did not fit).
 func (e *env) expectRejectedForResources(p *v1.Pod) {
 	e.t.Helper()
-	cur := e.waitPhaseAllowingFailure(p)
+	cur := e.waitPhase(p, 2*time.Minute, v1.PodRunning, v1.PodFailed, v1.PodSucceeded)
 	if cur.Status.Phase != v1.PodFailed || (cur.Status.Reason != "OutOfcpu" && cur.Status.Reason != "OutOfmemory") {
 		e.t.Errorf("pod %s: phase %s reason %q, want Failed with OutOfcpu or OutOfmemory", p.Name, cur.Status.Phase, cur.Status.Reason)
 	}
 	e.note("%s: %s", p.Name, cur.Status.Reason)
-}
-
-func (e *env) waitPhaseAllowingFailure(p *v1.Pod) *v1.Pod {
-	e.t.Helper()
-	var last *v1.Pod
-	_ = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		cur, err := e.get(p)
-		if err != nil {
-			return false, nil
-		}
-		last = cur
-		return cur.Status.Phase == v1.PodFailed || cur.Status.Phase == v1.PodSucceeded || cur.Status.Phase == v1.PodRunning, nil
-	})
-	if last == nil {
-		e.t.Fatalf("pod %s never appeared", p.Name)
-	}
-	return last
 }
 
 // At maxPods the missing resource is "pods": one pod must go. Every pod
@@ -243,7 +227,7 @@ func TestDevicePluginResource(t *testing.T) {
 		s.requests[widget] = one[widget]
 		s.limits = one
 		p := e.create(s)
-		cur := e.waitPhaseAllowingFailure(p)
+		cur := e.waitPhase(p, 2*time.Minute, v1.PodRunning, v1.PodFailed, v1.PodSucceeded)
 		e.note("critical pod: %s %s", cur.Status.Phase, cur.Status.Reason)
 		e.note("devices allocated by the plugin: %v", plugin.Allocated())
 		if cur.Status.Phase != v1.PodFailed || cur.Status.Reason != "UnexpectedAdmissionError" {
@@ -268,7 +252,7 @@ func TestTerminationLatency(t *testing.T) {
 		for i := 0; i < 5; i++ {
 			s := burstable(fmt.Sprintf("stubborn-%d", i), "100m", "100Mi")
 			s.command = []string{"/bin/sh", "-c", `trap "" TERM; while true; do sleep 1; done`}
-			s.gracePeriod = ptrTo(int64(5))
+			s.gracePeriod = ptr.To(int64(5))
 			specs = append(specs, s)
 			names = append(names, s.name)
 		}
@@ -291,7 +275,7 @@ func TestUnkillableVictim(t *testing.T) {
 	runScenario(t, "8 victim that cannot be killed", scenarioOptions{}, func(e *env) {
 		e.ensureRuntimeClass(unstoppableHandler)
 		stuck := burstable("unstoppable", "200m", "200Mi")
-		stuck.gracePeriod = ptrTo(int64(5))
+		stuck.gracePeriod = ptr.To(int64(5))
 		stuck.runtimeClass = unstoppableHandler
 		pods := e.createRunning(stuck, burstable("spare-0", "100m", "100Mi"), burstable("spare-1", "100m", "100Mi"))
 		unstoppable.refuse(e.t)
@@ -388,13 +372,4 @@ func (e *env) ensurePriorityClass(name string, value int32) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		e.t.Fatalf("creating PriorityClass %s: %v", name, err)
 	}
-}
-
-func ptrTo[T any](v T) *T { return &v }
-
-func ptrValue(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
