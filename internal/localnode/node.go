@@ -22,10 +22,10 @@ import (
 
 // Node is a running local node.
 type Node struct {
-	cfg     Config
-	l       layout
-	pki     *pki.Set
-	client  kubernetes.Interface
+	cfg    Config
+	l      layout
+	pki    *pki.Set
+	client kubernetes.Interface
 }
 
 // Client is a cluster-admin client of the node's API server.
