@@ -14,6 +14,8 @@ import (
 	"k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
+
+	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
 )
 
 // benchNode is a node of n ordinary pods (API pods, class in status) and a
@@ -48,8 +50,8 @@ func BenchmarkHandleAdmissionFailure(b *testing.B) {
 	ctx := klog.NewContext(context.Background(), logr.Discard())
 	impls := []struct {
 		name string
-		new  func(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error, rec record.EventRecorder) handler
-	}{{"stock", stockHandler}, {"critlet", critletHandler}}
+		new  implementation
+	}{{"stock", stockHandler}, {"critlet", critletHandler(options.Upstream())}}
 	for _, impl := range impls {
 		for _, n := range benchSizes {
 			b.Run(fmt.Sprintf("impl=%s/pods=%d", impl.name, n), func(b *testing.B) {

@@ -6,19 +6,22 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
-	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/record"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/events"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/metrics"
 	stock "k8s.io/kubernetes/pkg/kubelet/preemption"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
@@ -28,11 +31,13 @@ import (
 type outcome struct {
 	reasons []string
 	err     string
-	kills   []kill
-	events  []string
-	// preemptorEvents are left out of comparisons.
+	kills   []kill   // in the order the kill function was called
+	events  []string // on victims, in the order recorded
+	logs    []string // every log entry, in order
+	// preemptions is how much kubelet_preemptions grew.
+	preemptions float64
+	// preemptorEvents are critlet's own, left out of comparisons.
 	preemptorEvents []string
-	signature       [][]string // per victim: what makes victims interchangeable
 }
 
 type kill struct {
@@ -47,14 +52,44 @@ type handler interface {
 	HandleAdmissionFailure(context.Context, *v1.Pod, []lifecycle.PredicateFailureReason, lifecycle.Operation) ([]lifecycle.PredicateFailureReason, error)
 }
 
+type implementation func(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error, rec record.EventRecorder) handler
+
+func stockHandler(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error, rec record.EventRecorder) handler {
+	return stock.NewCriticalPodAdmissionHandler(getPods, kill, rec)
+}
+
+func critletHandler(opts options.Options) implementation {
+	return func(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error, rec record.EventRecorder) handler {
+		return newHandler(getPods, kill, rec, opts)
+	}
+}
+
 // failKill makes the kill of some pods fail, the same ones for both kubelets.
 func failKill(pod *v1.Pod) bool { return len(pod.Name)%7 == 3 }
 
-func run(newHandler func(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error, rec record.EventRecorder) handler,
-	admitPod *v1.Pod, pods []*v1.Pod, reasons []lifecycle.PredicateFailureReason, op lifecycle.Operation, killErrors bool) outcome {
+var registerKubeletMetrics sync.Once
+
+// preemptionCount reads kubelet_preemptions, summed over the labels the
+// generated nodes use.
+func preemptionCount(t testing.TB) float64 {
+	registerKubeletMetrics.Do(func() { kubeletmetrics.Register() })
+	var sum float64
+	for _, label := range []string{"", "cpu", "memory", "ephemeral-storage", "pods", string(gpu)} {
+		v, err := testutil.GetCounterMetricValue(kubeletmetrics.Preemptions.WithLabelValues(label))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+func run(t testing.TB, impl implementation, admitPod *v1.Pod, pods []*v1.Pod, reasons []lifecycle.PredicateFailureReason, op lifecycle.Operation, killErrors bool) outcome {
 	var out outcome
-	rec := record.NewFakeRecorder(len(pods) + 10)
-	h := newHandler(
+	var mu sync.Mutex
+	rec := &eventCapture{}
+	logs := &logCapture{}
+	h := impl(
 		func() []*v1.Pod { return append([]*v1.Pod(nil), pods...) },
 		func(pod *v1.Pod, evicted bool, grace *int64, fn func(*v1.PodStatus)) error {
 			status := *pod.Status.DeepCopy()
@@ -63,22 +98,24 @@ func run(newHandler func(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int
 				status.Conditions[i].LastTransitionTime = metav1.Time{}
 				status.Conditions[i].LastProbeTime = metav1.Time{}
 			}
+			mu.Lock()
 			out.kills = append(out.kills, kill{string(pod.UID), evicted, grace, status})
-			out.signature = append(out.signature, victimSignature(pod))
+			mu.Unlock()
 			if killErrors && failKill(pod) {
 				return errors.New("runtime refused to stop the pod")
 			}
 			return nil
 		}, rec)
-	got, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), logr.Discard()), admitPod, reasons, op)
+	before := preemptionCount(t)
+	got, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), logs.logger()), admitPod, reasons, op)
+	out.preemptions = preemptionCount(t) - before
 	for _, r := range got {
 		out.reasons = append(out.reasons, fmt.Sprintf("%T %s", r, r.GetReason()))
 	}
 	if err != nil {
 		out.err = err.Error()
 	}
-	close(rec.Events)
-	for e := range rec.Events {
+	for _, e := range rec.list() {
 		// critlet adds one event on the critical pod; the stock kubelet has
 		// none there. Victims' events must match exactly.
 		if strings.HasPrefix(e, v1.EventTypeWarning+" "+events.PreemptContainer+" ") {
@@ -87,46 +124,49 @@ func run(newHandler func(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int
 			out.preemptorEvents = append(out.preemptorEvents, e)
 		}
 	}
+	out.logs = logs.lines()
 	return out
 }
 
-// victimSignature is what two pods must share for the stock kubelet's choice
-// between them to depend only on their order: class and every request.
-func victimSignature(pod *v1.Pod) []string {
-	sig := []string{string(pod.Status.QOSClass)}
-	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage, gpu} {
-		sig = append(sig, fmt.Sprint(requestOf(pod, name)))
-	}
-	return sig
-}
+// startLine begins the log entry the stock kubelet writes as it starts each
+// victim's kill.
+const startLine = "info V2 Preempting pod to free up resources "
 
-func stockHandler(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error, rec record.EventRecorder) handler {
-	return stock.NewCriticalPodAdmissionHandler(getPods, kill, rec)
-}
-
-func critletHandler(getPods func() []*v1.Pod, kill func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error, rec record.EventRecorder) handler {
-	return newHandler(getPods, kill, rec, options.Upstream())
-}
-
-// compare reports whether critlet's outcome equals the stock one exactly,
-// or up to interchangeable victims; anything else is a mismatch.
-func compare(want, got outcome) (exact bool, err error) {
+// compare reports how got differs from want: in nothing but critlet's own
+// events on the critical pod. With ordered, everything happens in the same
+// order. Without it (victims terminated concurrently), victims still start in
+// the same order, with the same events and log lines, but their kills and
+// the lines written as kills return may interleave differently.
+func compare(want, got outcome, ordered bool) error {
 	want.preemptorEvents, got.preemptorEvents = nil, nil
-	if reflect.DeepEqual(want, got) {
-		return true, nil
-	}
-	if !reflect.DeepEqual(want.reasons, got.reasons) || want.err != got.err || !reflect.DeepEqual(want.events, got.events) ||
-		!reflect.DeepEqual(want.signature, got.signature) || len(want.kills) != len(got.kills) {
-		return false, fmt.Errorf("stock %+v\ncritlet %+v", want, got)
-	}
-	for i := range want.kills {
-		w, g := want.kills[i], got.kills[i]
-		w.uid, g.uid = "", ""
-		if !reflect.DeepEqual(w, g) {
-			return false, fmt.Errorf("kill %d: stock %+v\ncritlet %+v", i, want.kills[i], got.kills[i])
+	if !ordered {
+		for _, o := range []*outcome{&want, &got} {
+			var starts []string
+			for _, l := range o.logs {
+				if strings.HasPrefix(l, startLine) {
+					starts = append(starts, l)
+				}
+			}
+			o.logs = append(starts, sorted(o.logs)...)
+			slices.SortStableFunc(o.kills, func(a, b kill) int { return strings.Compare(a.uid, b.uid) })
 		}
 	}
-	return false, nil
+	if reflect.DeepEqual(want, got) {
+		return nil
+	}
+	var diffs []string
+	add := func(what string, w, g any) {
+		if !reflect.DeepEqual(w, g) {
+			diffs = append(diffs, fmt.Sprintf("%s:\n  stock   %v\n  critlet %v", what, w, g))
+		}
+	}
+	add("reasons", want.reasons, got.reasons)
+	add("error", want.err, got.err)
+	add("kills", want.kills, got.kills)
+	add("victim events", want.events, got.events)
+	add("log lines", strings.Join(want.logs, "\n           "), strings.Join(got.logs, "\n           "))
+	add("kubelet_preemptions", want.preemptions, got.preemptions)
+	return errors.New(strings.Join(diffs, "\n"))
 }
 
 func TestDifferentialAgainstStock(t *testing.T) {
@@ -141,7 +181,7 @@ func TestDifferentialAgainstStock(t *testing.T) {
 		t.Run(gates.name, func(t *testing.T) {
 			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.PodLevelResources, gates.podLevel)
 			r := rand.New(rand.NewPCG(7, uint64(len(gates.name))))
-			var exact, interchangeable, withVictims, refused, passedThrough int
+			var withVictims, refused, passedThrough, killLines int
 			n := cases / 2
 			for c := range n {
 				g := &nodeGen{r: r, tieHeavy: c%3 == 0, exotic: c%2 == 0}
@@ -160,17 +200,16 @@ func TestDifferentialAgainstStock(t *testing.T) {
 					op = lifecycle.ResizeOperation
 				}
 				killErrors := c%10 == 0
-				want := run(stockHandler, admitPod, pods, reasons, op, killErrors)
-				got := run(critletHandler, admitPod, pods, reasons, op, killErrors)
-				same, err := compare(want, got)
-				if err != nil {
-					t.Fatalf("case %d (%d pods, reasons %v): %v", c, len(pods), reasons, err)
+				want := run(t, stockHandler, admitPod, pods, reasons, op, killErrors)
+				// One victim at a time, everything in the stock order; then
+				// the default settings, victims terminated concurrently.
+				if err := compare(want, run(t, critletHandler(options.Upstream()), admitPod, pods, reasons, op, killErrors), true); err != nil {
+					t.Fatalf("case %d (%d pods, reasons %v), one at a time:\n%v", c, len(pods), reasons, err)
 				}
-				if same {
-					exact++
-				} else {
-					interchangeable++
+				if err := compare(want, run(t, critletHandler(options.Defaults()), admitPod, pods, reasons, op, killErrors), false); err != nil {
+					t.Fatalf("case %d (%d pods, reasons %v), default settings:\n%v", c, len(pods), reasons, err)
 				}
+				killLines += len(want.logs)
 				switch {
 				case len(want.kills) > 0:
 					withVictims++
@@ -180,10 +219,10 @@ func TestDifferentialAgainstStock(t *testing.T) {
 					passedThrough++
 				}
 			}
-			t.Logf("%d nodes: %d exact, %d with interchangeable victims; %d preempted, %d refused, %d passed through",
-				n, exact, interchangeable, withVictims, refused, passedThrough)
-			if withVictims < n/3 || refused == 0 || passedThrough == 0 {
-				t.Fatalf("generator too narrow: %d preempted, %d refused, %d passed through", withVictims, refused, passedThrough)
+			t.Logf("%d nodes, all exact: %d preempted, %d refused, %d passed through; %d stock log lines matched",
+				n, withVictims, refused, passedThrough, killLines)
+			if withVictims < n/3 || refused == 0 || passedThrough == 0 || killLines == 0 {
+				t.Fatalf("generator too narrow: %d preempted, %d refused, %d passed through, %d log lines", withVictims, refused, passedThrough, killLines)
 			}
 		})
 	}

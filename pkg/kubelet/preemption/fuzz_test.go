@@ -8,6 +8,8 @@ import (
 	v1resource "k8s.io/kubernetes/pkg/api/v1/resource"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
+
+	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
 )
 
 // FuzzHandleAdmissionFailure drives the stock handler and critlet's through
@@ -29,13 +31,16 @@ func FuzzHandleAdmissionFailure(f *testing.F) {
 			admit = g.pod()
 		}
 		reasons := g.reasons(pods, frac)
-		want := run(stockHandler, admit, pods, reasons, lifecycle.AddOperation, false)
-		got := run(critletHandler, admit, pods, reasons, lifecycle.AddOperation, false)
-		if _, err := compare(want, got); err != nil {
+		want := run(t, stockHandler, admit, pods, reasons, lifecycle.AddOperation, false)
+		got := run(t, critletHandler(options.Upstream()), admit, pods, reasons, lifecycle.AddOperation, false)
+		if err := compare(want, got, true); err != nil {
 			t.Fatal(err)
 		}
-		again := run(critletHandler, admit, pods, reasons, lifecycle.AddOperation, false)
-		if _, err := compare(got, again); err != nil {
+		if err := compare(want, run(t, critletHandler(options.Defaults()), admit, pods, reasons, lifecycle.AddOperation, false), false); err != nil {
+			t.Fatalf("default settings: %v", err)
+		}
+		again := run(t, critletHandler(options.Upstream()), admit, pods, reasons, lifecycle.AddOperation, false)
+		if err := compare(got, again, true); err != nil {
 			t.Fatalf("not deterministic: %v", err)
 		}
 		byUID := map[string]*v1.Pod{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/metrics"
+	stock "k8s.io/kubernetes/pkg/kubelet/preemption"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
@@ -201,11 +205,14 @@ func TestReplanning(t *testing.T) {
 	}
 }
 
-// TestReplanningModel checks, on random nodes with random failing kills,
-// that critlet's rounds are exactly those of the rule it states: round r+1
-// runs only while the victims that did terminate leave a shortfall, chooses
-// only among pods not tried yet, and covers only that shortfall (what the
-// policy picks for it); at most MaxReplans further rounds; no pod twice.
+// TestReplanningModel checks critlet's rounds, on random nodes with random
+// failing kills, against oracles that share no code with it: the stock
+// kubelet's own handler chooses each round's victims (for the priority
+// policy, among the pods at or below the lowest priority whose pods can
+// cover the shortfall, found by plain sums here), and the shortfall a round
+// leaves is summed with the stock accounting. A further round must run
+// exactly while a shortfall is left, rounds remain and the untried pods can
+// cover it; no pod is killed twice.
 func TestReplanningModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	cases := 3000
@@ -225,78 +232,169 @@ func TestReplanningModel(t *testing.T) {
 				fail[p.Name] = true
 			}
 		}
-		var killed []string
+		// Kills and log lines in one sequence, so rounds can be told apart.
+		trace := &logCapture{}
 		kill := func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
-			killed = append(killed, pod.Name)
+			trace.mu.Lock()
+			trace.entries = append(trace.entries, "kill "+pod.Name)
+			trace.mu.Unlock()
 			if fail[pod.Name] {
 				return errors.New("stop failed")
 			}
 			return nil
 		}
 		h := newHandler(func() []*v1.Pod { return pods }, kill, &record.FakeRecorder{}, opts)
-		_, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), logr.Discard()), admit, reasons, lifecycle.AddOperation)
+		_, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), trace.logger()), admit, reasons, lifecycle.AddOperation)
+		var rounds [][]string
+		round := []string{}
+		for _, l := range trace.lines() {
+			switch {
+			case strings.HasPrefix(l, "kill "):
+				round = append(round, strings.TrimPrefix(l, "kill "))
+			case strings.Contains(l, "Re-planning critical-pod preemption"):
+				rounds, round = append(rounds, round), []string{}
+			}
+		}
+		if len(round) > 0 {
+			rounds = append(rounds, round)
+		}
 
-		// The model, from the public pieces.
-		var reqs []victims.Requirement
+		need := map[v1.ResourceName]int64{}
+		var order []v1.ResourceName
 		for _, rs := range reasons {
 			ir, ok := rs.(*lifecycle.InsufficientResourceError)
 			if !ok {
-				reqs = nil
+				order = nil
 				break
 			}
-			reqs = append(reqs, victims.Requirement{Resource: string(ir.ResourceName), Quantity: ir.GetInsufficientAmount()})
+			need[ir.ResourceName] = ir.GetInsufficientAmount()
+			order = append(order, ir.ResourceName)
 		}
-		if reqs == nil || !isCritical(admit) {
-			if len(killed) > 0 {
-				t.Fatalf("case %d: killed %v without a resource-only failure of a critical pod", c, killed)
+		if order == nil || !isCritical(admit) {
+			if len(rounds) > 0 {
+				t.Fatalf("case %d: killed %v without a resource-only failure of a critical pod", c, rounds)
 			}
 			continue
 		}
-		cpods, cands, cerr := candidates(admit, pods, reqs)
-		if cerr != nil {
-			t.Fatal(cerr)
-		}
-		var want []string
-		var freed []int
-		tried := make([]bool, len(cands))
-		idx := make([]int, len(cands))
-		for i := range idx {
-			idx[i] = i
-		}
-		need := reqs
-		sub := cands
-		for round := 0; ; round++ {
-			plan, serr := victims.Select(opts.Policy, need, sub)
-			if serr != nil {
-				if round == 0 && err == nil {
-					t.Fatalf("case %d: admitted though nothing covers the need: %v", c, serr)
+		untried := append([]*v1.Pod(nil), pods...)
+		for k := 0; ; k++ {
+			want, ok := oracleRound(t, opts.Policy, admit, untried, order, need)
+			if k == 0 && !ok {
+				if err == nil || len(rounds) > 0 {
+					t.Fatalf("case %d: stock finds no victims, critlet killed %v (error %v)", c, rounds, err)
 				}
 				break
 			}
-			for _, k := range plan {
-				i := idx[k]
-				tried[i] = true
-				want = append(want, cpods[i].Name)
-				if !fail[cpods[i].Name] {
-					freed = append(freed, i)
+			if !ok {
+				if k < len(rounds) {
+					t.Fatalf("case %d (%+v): round %d killed %v; the untried pods cannot cover %v", c, opts, k, rounds[k], need)
 				}
-			}
-			need = victims.Remaining(reqs, cands, freed)
-			if victims.Met(need) || round == opts.MaxReplans {
 				break
 			}
-			if round == 0 {
+			if k >= len(rounds) {
+				t.Fatalf("case %d (%+v): rounds %v end before round %d, which should kill %v for %v", c, opts, rounds, k, want, need)
+			}
+			if strings.Join(rounds[k], ",") != strings.Join(want, ",") {
+				t.Fatalf("case %d (%+v): round %d killed %v, stock oracle %v", c, opts, k, rounds[k], want)
+			}
+			for _, name := range want {
+				untried = slices.DeleteFunc(untried, func(p *v1.Pod) bool { return p.Name == name })
+				if fail[name] {
+					continue
+				}
+				for _, res := range order {
+					need[res] -= requestOf(byName(pods, name), res)
+				}
+			}
+			open := false
+			for _, res := range order {
+				open = open || need[res] > 0
+			}
+			if !open || k == opts.MaxReplans {
+				if len(rounds) != k+1 {
+					t.Fatalf("case %d (%+v): %d rounds %v, want %d", c, opts, len(rounds), rounds, k+1)
+				}
+				break
+			}
+			if k == 0 {
 				replanned++
 			}
-			idx, sub = untriedCandidates(cands, tried)
-		}
-		if strings.Join(killed, ",") != strings.Join(want, ",") {
-			t.Fatalf("case %d (%+v): killed %v, model %v", c, opts, killed, want)
 		}
 	}
 	if replanned < cases/20 {
-		t.Fatalf("only %d of %d cases re-planned: generator too narrow", replanned, cases)
+		t.Fatalf("only %d of %d cases left a shortfall to re-plan: generator too narrow", replanned, cases)
 	}
+}
+
+// oracleRound returns the victims the stock handler picks for need among
+// pods; for the priority policy, only among the pods at or below the lowest
+// priority whose pods (with all lower ones) can cover need. It reports false
+// when nothing can cover need.
+func oracleRound(t *testing.T, policy victims.Policy, admit *v1.Pod, pods []*v1.Pod, order []v1.ResourceName, need map[v1.ResourceName]int64) ([]string, bool) {
+	var reasons []lifecycle.PredicateFailureReason
+	for _, res := range order {
+		if need[res] > 0 {
+			reasons = append(reasons, &lifecycle.InsufficientResourceError{ResourceName: res, Requested: need[res]})
+		}
+	}
+	if policy == victims.PolicyPriority {
+		pods = atOrBelowCeiling(admit, pods, order, need)
+	}
+	var killed []string
+	h := stock.NewCriticalPodAdmissionHandler(func() []*v1.Pod { return pods },
+		func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
+			killed = append(killed, pod.Name)
+			return nil
+		},
+		&record.FakeRecorder{})
+	if _, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), logr.Discard()), admit, reasons, lifecycle.AddOperation); err != nil {
+		return nil, false
+	}
+	return killed, true
+}
+
+// atOrBelowCeiling keeps the pods whose priority is at most the lowest one
+// at which the preemptable pods of that priority or lower cover need; all
+// pods when none does.
+func atOrBelowCeiling(admit *v1.Pod, pods []*v1.Pod, order []v1.ResourceName, need map[v1.ResourceName]int64) []*v1.Pod {
+	prio := func(p *v1.Pod) int32 {
+		if p.Spec.Priority == nil {
+			return 0
+		}
+		return *p.Spec.Priority
+	}
+	var levels []int32
+	for _, p := range pods {
+		if kubetypes.Preemptable(admit, p) {
+			levels = append(levels, prio(p))
+		}
+	}
+	slices.Sort(levels)
+	for _, ceiling := range slices.Compact(levels) {
+		covered := true
+		for _, res := range order {
+			var freed int64
+			for _, p := range pods {
+				if kubetypes.Preemptable(admit, p) && prio(p) <= ceiling {
+					freed += requestOf(p, res)
+				}
+			}
+			covered = covered && freed >= need[res]
+		}
+		if covered {
+			return slices.DeleteFunc(append([]*v1.Pod(nil), pods...), func(p *v1.Pod) bool { return prio(p) > ceiling })
+		}
+	}
+	return pods
+}
+
+func byName(pods []*v1.Pod, name string) *v1.Pod {
+	for _, p := range pods {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
 }
 
 func isCritical(p *v1.Pod) bool {
@@ -305,6 +403,7 @@ func isCritical(p *v1.Pod) bool {
 
 func TestMetricsAndStockCounter(t *testing.T) {
 	registerMetrics()
+	registerKubeletMetrics.Do(func() { kubeletmetrics.Register() })
 	pods := uniformNode(6)
 	script := &killScript{fail: map[string]bool{"pod-05": true}, hang: map[string]bool{}, stuck: make(chan struct{})}
 	opts := options.Options{Policy: victims.PolicyPriority, Parallelism: 2, MaxReplans: 1}
@@ -330,9 +429,159 @@ func TestMetricsAndStockCounter(t *testing.T) {
 	if d := after.victimSum - before.victimSum; d != 3 {
 		t.Errorf("victims observed +%v, want +3 (two planned, one replacement)", d)
 	}
+	// The stock counter: one per victim terminated (two of the three), under
+	// the first insufficient resource.
+	if d := after.preemptions - before.preemptions; d != 2 {
+		t.Errorf("kubelet_preemptions{preemption_signal=memory} +%v, want +2", d)
+	}
 }
 
-type counts struct{ failures, replans, admissions, selections, victimSum float64 }
+// A victim given up on is counted once, as a timeout: not as preempted, not
+// as failed, and without the stock success line, when its kill ends later.
+func TestTimedOutVictimIsCountedOnce(t *testing.T) {
+	registerMetrics()
+	registerKubeletMetrics.Do(func() { kubeletmetrics.Register() })
+	pods := uniformNode(3)
+	stuck := make(chan struct{})
+	returned := make(chan struct{})
+	kill := func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
+		if pod.Name == "pod-02" {
+			<-stuck
+			defer close(returned)
+		}
+		return nil
+	}
+	opts := options.Options{Policy: victims.PolicyUpstream, Parallelism: 4, KillTimeout: 10 * time.Millisecond}
+	h := newHandler(func() []*v1.Pod { return pods }, kill, &record.FakeRecorder{}, opts)
+	logs := &logCapture{}
+	beforeTimeouts, _ := testutil.GetCounterMetricValue(killFailures.WithLabelValues("upstream", "timeout"))
+	beforeErrors, _ := testutil.GetCounterMetricValue(killFailures.WithLabelValues("upstream", "error"))
+	beforeStock, _ := testutil.GetCounterMetricValue(kubeletmetrics.Preemptions.WithLabelValues("memory"))
+	// Three pods of 100Mi for 250Mi: all three are victims; pod-02 hangs.
+	if _, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), logs.logger()), clusterCritPod, memoryShortfall(250), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	close(stuck)
+	<-returned
+	// The late report runs right after the kill returns; let it land.
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.ContainsFunc(logs.lines(), func(l string) bool { return strings.Contains(l, "after admission stopped waiting") }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no late report in %q", logs.lines())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	timeouts, _ := testutil.GetCounterMetricValue(killFailures.WithLabelValues("upstream", "timeout"))
+	errs, _ := testutil.GetCounterMetricValue(killFailures.WithLabelValues("upstream", "error"))
+	stockCount, _ := testutil.GetCounterMetricValue(kubeletmetrics.Preemptions.WithLabelValues("memory"))
+	if timeouts-beforeTimeouts != 1 || errs-beforeErrors != 0 || stockCount-beforeStock != 2 {
+		t.Errorf("timeouts +%v, errors +%v, kubelet_preemptions +%v; want +1, +0, +2", timeouts-beforeTimeouts, errs-beforeErrors, stockCount-beforeStock)
+	}
+	var successes []string
+	for _, l := range logs.lines() {
+		if strings.Contains(l, "Pod evicted successfully") {
+			successes = append(successes, l)
+		}
+	}
+	if len(successes) != 2 || slices.ContainsFunc(successes, func(l string) bool { return strings.Contains(l, "pod-02") }) {
+		t.Errorf("success lines %q, want two, none for the timed-out pod-02", successes)
+	}
+}
+
+func TestKillWaitCoversTheGracePeriod(t *testing.T) {
+	withGrace := func(s *int64) *v1.Pod {
+		p := castPod("p", "100m", "100Mi", false, nil)
+		p.Spec.TerminationGracePeriodSeconds = s
+		return p
+	}
+	tests := []struct {
+		killTimeout time.Duration
+		grace       *int64
+		want        time.Duration
+	}{
+		{0, ptr(int64(30)), 0},                        // wait as the pod workers do
+		{5 * time.Second, nil, 5 * time.Second},       // no grace period: the setting
+		{time.Second, ptr(int64(0)), 2 * time.Second}, // the forced stop's allowance
+		{5 * time.Second, ptr(int64(30)), 32 * time.Second},
+		{time.Minute, ptr(int64(30)), time.Minute},
+	}
+	for _, tc := range tests {
+		h := newHandler(nil, nil, nil, options.Options{Policy: victims.PolicyUpstream, Parallelism: 1, KillTimeout: tc.killTimeout})
+		if got := h.killWait(withGrace(tc.grace)); got != tc.want {
+			t.Errorf("kill timeout %s, grace %v: waits %s, want %s", tc.killTimeout, tc.grace, got, tc.want)
+		}
+	}
+}
+
+// A victim slower than the kill timeout but within its grace period is not
+// a failure: nothing is re-planned.
+func TestSlowVictimWithinGracePeriodIsNotReplaced(t *testing.T) {
+	pods := uniformNode(4)
+	for _, p := range pods {
+		p.Spec.TerminationGracePeriodSeconds = ptr(int64(1))
+	}
+	var mu sync.Mutex
+	var killed []string
+	kill := func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
+		mu.Lock()
+		killed = append(killed, pod.Name)
+		mu.Unlock()
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	}
+	rec := record.NewFakeRecorder(20)
+	opts := options.Options{Policy: victims.PolicyUpstream, Parallelism: 4, MaxReplans: 2, KillTimeout: 10 * time.Millisecond}
+	h := newHandler(func() []*v1.Pod { return pods }, kill, rec, opts)
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(150), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	if len(killed) != 2 {
+		t.Fatalf("killed %v, want the two planned victims only", killed)
+	}
+	close(rec.Events)
+	for e := range rec.Events {
+		if !strings.HasPrefix(e, "Warning Preempting ") && !strings.HasPrefix(e, "Normal "+reasonPreempted+" ") {
+			t.Errorf("event %q: want only the victims' and %s", e, reasonPreempted)
+		}
+	}
+}
+
+// Once the kubelet's context is done, no further victim is started and no
+// re-planning round runs; the pod is admitted, as after failed kills.
+func TestCancelledAdmissionStartsNoFurtherKills(t *testing.T) {
+	pods := uniformNode(6)
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
+	defer cancel()
+	var killed []string
+	kill := func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
+		killed = append(killed, pod.Name)
+		cancel() // the kubelet shuts down during the first kill
+		return errors.New("stopped")
+	}
+	opts := options.Options{Policy: victims.PolicyUpstream, Parallelism: 1, MaxReplans: 3}
+	rec := record.NewFakeRecorder(20)
+	h := newHandler(func() []*v1.Pod { return pods }, kill, rec, opts)
+	reasons, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(250), lifecycle.AddOperation)
+	if err != nil || len(reasons) != 0 {
+		t.Fatalf("not admitted: %v %v", reasons, err)
+	}
+	if len(killed) != 1 {
+		t.Fatalf("killed %v after the context was done; want only the first victim", killed)
+	}
+	close(rec.Events)
+	var incomplete int
+	for e := range rec.Events {
+		if strings.HasPrefix(e, "Warning "+reasonPreemptionIncomplete+" ") {
+			incomplete++
+		}
+	}
+	if incomplete != 1 {
+		t.Fatalf("want one %s event", reasonPreemptionIncomplete)
+	}
+}
+
+type counts struct{ failures, replans, admissions, selections, victimSum, preemptions float64 }
 
 func metricCounts(t *testing.T) counts {
 	t.Helper()
@@ -352,6 +601,7 @@ func metricCounts(t *testing.T) counts {
 	c.selections = must(float64(sc), e)
 	vs, e := testutil.GetHistogramMetricValue(victimsPerAdmission.WithLabelValues("priority"))
 	c.victimSum = must(vs, e)
+	c.preemptions = must(testutil.GetCounterMetricValue(kubeletmetrics.Preemptions.WithLabelValues("memory")))
 	if err != nil {
 		t.Fatal(err)
 	}

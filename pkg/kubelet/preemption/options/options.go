@@ -26,12 +26,17 @@ type Options struct {
 	// Parallelism is how many victims are terminated at once.
 	Parallelism int
 	// MaxReplans bounds the rounds of further victims chosen when victims
-	// fail to terminate; 0 keeps the stock behaviour of admitting anyway.
+	// fail to terminate; 0 (the default) keeps the stock behaviour of
+	// admitting anyway. Re-planning takes more pods than the stock kubelet
+	// would; it suits nodes whose runtime can fail to stop containers, where
+	// a victim that is never stopped would otherwise leave the critical pod
+	// short.
 	MaxReplans int
-	// KillTimeout bounds how long admission waits for one victim; the
-	// kubelet keeps terminating it afterwards, but its resources no longer
-	// count as freed. 0 waits as long as the kubelet's pod workers do
-	// (1.5 times the grace period, at least 10s).
+	// KillTimeout bounds how long admission waits for one victim, but never
+	// to less than the victim's grace period plus a 2s allowance for the
+	// forced stop; the kubelet keeps terminating it afterwards, but its
+	// resources no longer count as freed. 0 waits as long as the kubelet's
+	// pod workers do (1.5 times the grace period, at least 10s).
 	KillTimeout time.Duration
 }
 
@@ -42,13 +47,14 @@ const (
 	MaxKillTimeout = time.Hour
 )
 
-// Defaults: the stock ranking, victims terminated concurrently, and two
-// re-planning rounds. Parallelism 8 covers every victim of a typical
-// admission at once (a node of 110 pods rarely gives up more than a few)
-// while bounding the stop requests a large preemption sends the container
-// runtime at the same moment.
+// Defaults decide exactly as the stock kubelet does (its ranking, no
+// re-planning) and change only how fast victims go: they are terminated
+// concurrently. Parallelism 8 covers every victim of a typical admission at
+// once (a node of 110 pods rarely gives up more than a few) while bounding
+// the stop requests a large preemption sends the container runtime at the
+// same moment.
 func Defaults() Options {
-	return Options{Policy: victims.PolicyUpstream, Parallelism: 8, MaxReplans: 2}
+	return Options{Policy: victims.PolicyUpstream, Parallelism: 8}
 }
 
 // Upstream returns settings under which critlet behaves as the stock kubelet
@@ -118,9 +124,9 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.IntVar(&o.Parallelism, FlagParallelism, o.Parallelism, fmt.Sprintf(
 		"How many victims are terminated at once, 1 to %d; 1 terminates them one after another as the stock kubelet does. Env %s.", MaxParallelism, envOf[FlagParallelism]))
 	fs.IntVar(&o.MaxReplans, FlagMaxReplans, o.MaxReplans, fmt.Sprintf(
-		"How many times, 0 to %d, further victims are chosen when victims fail to terminate; 0 admits the critical pod regardless, as the stock kubelet does. Env %s.", MaxReplans, envOf[FlagMaxReplans]))
+		"How many times, 0 to %d, further victims are chosen when victims fail to terminate; 0 (default) admits the critical pod regardless, as the stock kubelet does. Env %s.", MaxReplans, envOf[FlagMaxReplans]))
 	fs.DurationVar(&o.KillTimeout, FlagKillTimeout, o.KillTimeout, fmt.Sprintf(
-		"How long admission waits for one victim before counting it as failed (the kubelet keeps terminating it); 0 waits as long as the kubelet's pod workers do. Env %s.", envOf[FlagKillTimeout]))
+		"How long admission waits for one victim before counting it as failed (the kubelet keeps terminating it), never less than the victim's grace period plus 2s; 0 waits as long as the kubelet's pod workers do. Env %s.", envOf[FlagKillTimeout]))
 	return fs
 }
 

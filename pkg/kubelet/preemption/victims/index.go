@@ -193,6 +193,11 @@ func (ix *index) tieBefore(a, b int32) bool {
 // fraction of each requirement still open (q[j] > 0). v*v equals
 // math.Pow(v, 2) here: Pow squares the mantissa exactly as a product does,
 // and v >= 1/MaxInt64 keeps the square far from subnormals.
+//
+// The square is rounded before it is added, as the stock kubelet's Pow
+// result is: without the float64 conversion, Go may fuse the multiply and
+// the add into one instruction (FMA, on arm64 and on amd64 from GOAMD64=v3),
+// which skips that rounding and changes victims on near-ties.
 func distance(q, x []int64) float64 {
 	d := 0.0
 	for j, need := range q {
@@ -201,7 +206,7 @@ func distance(q, x []int64) float64 {
 		}
 		if rest := float64(need - x[j]); rest > 0 {
 			v := rest / float64(need)
-			d += v * v
+			d += float64(v * v)
 		}
 	}
 	return d

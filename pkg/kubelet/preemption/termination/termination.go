@@ -1,0 +1,123 @@
+// Package termination runs the kills of one admission's victims: at most a
+// given number at once, each waited for at most its own timeout, none
+// started once the admission's context is done.
+//
+// It knows victims only by their index and does no I/O of its own: what a
+// kill does, and what is logged or counted about it, belongs to the caller's
+// Funcs. The contract, per victim i that starts:
+//
+//	Start(i)          before its kill, in victim order, from Run's goroutine
+//	Kill(i)           once, from a goroutine of its own
+//	Done(i, verdict)  once: Kill's error, ErrTimeout, or ErrCancelled
+//	Late(i, err)      once more, only when the verdict came before Kill returned
+//
+// A victim holds one of the parallelism slots from Start until Kill has
+// returned and been reported, so at most parallelism kills are ever in
+// flight, even while victims are timing out. With parallelism 1 each
+// victim's Done comes before the next victim's Start.
+//
+// Cost: two goroutines and one timer per victim; Run returns once every
+// started victim has a verdict, which is at most the slowest verdict after
+// the last start.
+package termination
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrTimeout is the verdict on a victim still terminating when its timeout
+// expired. Its kill goes on; its resources do not count as freed.
+var ErrTimeout = errors.New("still terminating when the kill timeout expired")
+
+// ErrNotStarted marks victims never started because the admission's
+// context was done first.
+var ErrNotStarted = errors.New("not started")
+
+// ErrCancelled is the verdict on a victim still terminating when the
+// admission's context was done. Its kill goes on.
+var ErrCancelled = errors.New("admission cancelled while terminating")
+
+// Funcs are the caller's side of one run; Start, Done and Late may be nil.
+type Funcs struct {
+	Start func(i int)
+	// Kill stops victim i, blocking until it is stopped or has failed.
+	Kill func(i int) error
+	// Timeout returns how long to wait for victim i; 0 waits for its kill.
+	Timeout func(i int) time.Duration
+	Done    func(i int, verdict error)
+	Late    func(i int, err error)
+}
+
+// Run kills victims 0 to n-1 with at most parallelism (>= 1) at once and
+// returns each one's verdict: nil when it was stopped.
+func Run(ctx context.Context, n, parallelism int, f Funcs) []error {
+	verdicts := make([]error, n)
+	slots := make(chan struct{}, parallelism)
+	var wg sync.WaitGroup
+	for i := range n {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		// A free slot and a done context may both be ready; never start
+		// a kill once the context is done.
+		if err := ctx.Err(); err != nil {
+			for k := i; k < n; k++ {
+				verdicts[k] = fmt.Errorf("%w: %w", ErrNotStarted, err)
+			}
+			break
+		}
+		if f.Start != nil {
+			f.Start(i)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			verdicts[i] = watch(ctx, i, f, func() { <-slots })
+		}()
+	}
+	wg.Wait()
+	return verdicts
+}
+
+// watch runs victim i's kill and returns its verdict; release frees its slot
+// once the kill has returned and been reported.
+func watch(ctx context.Context, i int, f Funcs, release func()) error {
+	killed := make(chan error, 1)
+	go func() { killed <- f.Kill(i) }()
+	var expired <-chan time.Time
+	if f.Timeout != nil {
+		if d := f.Timeout(i); d > 0 {
+			timer := time.NewTimer(d)
+			defer timer.Stop()
+			expired = timer.C
+		}
+	}
+	var verdict error
+	select {
+	case err := <-killed:
+		report(f.Done, i, err)
+		release()
+		return err
+	case <-expired:
+		verdict = ErrTimeout
+	case <-ctx.Done():
+		verdict = fmt.Errorf("%w: %w", ErrCancelled, ctx.Err())
+	}
+	report(f.Done, i, verdict)
+	go func() {
+		report(f.Late, i, <-killed)
+		release()
+	}()
+	return verdict
+}
+
+func report(fn func(int, error), i int, err error) {
+	if fn != nil {
+		fn(i, err)
+	}
+}
