@@ -18,7 +18,7 @@ SHELL := /usr/bin/env bash
 .NOTPARALLEL:
 
 # The binaries are always handed to go build, whose cache knows what changed.
-.PHONY: kubelet kubelet-stock control-plane node-tools node-deps run local-up local-down local-status \
+.PHONY: kubelet kubelet-stock control-plane node-tools node-deps test-deps run local-up local-down local-status \
 	test test-unit test-build test-e2e-node clean
 
 KUBELET ?= _output/bin/kubelet
@@ -60,15 +60,26 @@ test: test-unit test-build test-e2e-node
 
 # -trimpath, as the kubelet builds use, lets tests and builds share compiled
 # dependencies in Go's cache.
-test-unit:
+test-unit: test-deps
 	go vet -trimpath ./...
 	go vet -trimpath -tags e2enode ./test/e2e_node/...
 	go test -trimpath ./...
 	# The race detector on the pure packages, and on the handler's concurrent
 	# termination (race-compiling its kubelet dependencies costs about ten
 	# minutes once, then comes from the cache).
-	go test -race ./pkg/kubelet/preemption/victims/... ./pkg/kubelet/preemption/options/...
-	go test -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics' ./pkg/kubelet/preemption
+	go test -race ./pkg/kubelet/preemption/victims/... ./pkg/kubelet/preemption/options/... ./pkg/kubelet/preemption/termination/...
+	go test -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled' ./pkg/kubelet/preemption
+	# Victims must be the stock kubelet's on every code generator: amd64 v3
+	# and arm64 fuse multiply-adds where v1 cannot. The selection's and the
+	# handler's tests again there, arm64 under user-mode emulation.
+	GOAMD64=v3 go test -trimpath $(CROSS_TESTS)
+	GOARCH=arm64 go test -trimpath -exec qemu-aarch64-static $(CROSS_TESTS)
+
+CROSS_TESTS := ./pkg/kubelet/preemption/ ./pkg/kubelet/preemption/victims/ ./pkg/kubelet/preemption/termination/
+
+# qemu-user-static for the arm64 test binaries, from Debian, when absent.
+test-deps:
+	hack/install-test-deps.sh
 
 # Checks of the built binaries: version, flags, unpatched-build guard, the
 # handler's presence in the machine code, and size.

@@ -18,25 +18,5 @@ command -v ip >/dev/null || need+=(iproute2)
 if [[ ${#need[@]} -eq 0 ]]; then
   exit 0
 fi
-if [[ $(id -u) -ne 0 ]]; then
-  echo "install-node-deps: need root to install: ${need[*]}" >&2
-  exit 1
-fi
-echo "install-node-deps: installing ${need[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq || { echo "install-node-deps: apt-get update failed" >&2; exit 1; }
-# The packages' maintainer scripts may try to start containerd; the node
-# runs its own instance, so starting services is refused here.
-policy=/usr/sbin/policy-rc.d
-if [[ ! -e $policy ]]; then
-  # Never leave the host refusing all service starts, even when interrupted.
-  trap 'rm -f "$policy"' EXIT
-  printf '#!/bin/sh\nexit 101\n' >"$policy"
-  chmod +x "$policy"
-fi
-status=0
-apt-get install -y -qq --no-install-recommends "${need[@]}" || status=$?
-if [[ $status -ne 0 ]]; then
-  echo "install-node-deps: apt-get install ${need[*]} failed" >&2
-  exit 1
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+apt::install install-node-deps "${need[@]}"

@@ -118,6 +118,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		Name: Kubelet,
 		Path: "nsenter",
 		Args: args,
+		Env:  n.cfg.KubeletEnv,
 		// The kubelet's log cleanup can glob relative paths: give it an empty
 		// working directory of its own.
 		Dir: n.l.path("kubelet", "work"),
@@ -163,7 +164,7 @@ func (n *Node) kubeletSpec() string {
 	if st, err := os.Stat(n.cfg.Kubelet); err == nil {
 		size, mtime = st.Size(), st.ModTime().UnixNano()
 	}
-	return fmt.Sprintf("%s size=%d mtime=%d max-pods=%d flags=%q\n", n.cfg.Kubelet, size, mtime, n.cfg.MaxPods, n.cfg.KubeletFlags)
+	return fmt.Sprintf("%s size=%d mtime=%d max-pods=%d flags=%q env=%q\n", n.cfg.Kubelet, size, mtime, n.cfg.MaxPods, n.cfg.KubeletFlags, n.cfg.KubeletEnv)
 }
 
 // StopKubelet stops the kubelet, leaving its pods to the runtime, as a

@@ -39,8 +39,8 @@ func (n *Node) Config() Config { return n.cfg }
 
 // SetKubelet changes the kubelet binary and flags used by the next
 // StartKubelet.
-func (n *Node) SetKubelet(path string, flags []string, maxPods int32) {
-	n.cfg.Kubelet, n.cfg.KubeletFlags, n.cfg.MaxPods = path, flags, maxPods
+func (n *Node) SetKubelet(path string, flags, env []string, maxPods int32) {
+	n.cfg.Kubelet, n.cfg.KubeletFlags, n.cfg.KubeletEnv, n.cfg.MaxPods = path, flags, env, maxPods
 }
 
 // components in start order; Down stops them in reverse.

@@ -36,8 +36,11 @@ type Config struct {
 	Kubelet string
 	// KubeletFlags are extra kubelet flags, e.g. critlet's admission settings.
 	KubeletFlags []string
-	NodeName     string
-	Ports        Ports
+	// KubeletEnv are NAME=value pairs added to the kubelet's environment,
+	// e.g. critlet's CRITLET_PREEMPTION_* settings.
+	KubeletEnv []string
+	NodeName   string
+	Ports      Ports
 	// MaxPods is the kubelet's maxPods; 0 means the kubelet's default (110).
 	MaxPods int32
 	// RuntimeHandlers adds containerd runtime handlers (for RuntimeClasses):

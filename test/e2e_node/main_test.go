@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ var (
 	binDir    = flag.String("bin", "../../_output/bin", "directory holding etcd, kube-apiserver, pause and both kubelets")
 	reportOut = flag.String("report", "../../_output/e2e-node-report.md", "where the result table is written")
 	only      = flag.String("kubelets", "stock,critlet", "kubelets to run, comma-separated: stock, critlet")
+	extra     = flag.String("kubelet-flags", "", "extra flags for every kubelet, space-separated (for example --v=4 to debug)")
 )
 
 // suite is the node shared by all scenarios; each scenario resets its
@@ -41,8 +43,13 @@ func TestMain(m *testing.M) {
 
 func runMain(m *testing.M) int {
 	if testing.Short() {
-		fmt.Println("node e2e skipped in -short mode")
-		return 0
+		// The suite is all or nothing; -short would pass without running it.
+		fmt.Fprintln(os.Stderr, "the node e2e suite has no -short mode: run it whole, or not at all")
+		return 2
+	}
+	if err := checkSelection(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 	state, err1 := filepath.Abs(*stateDir)
 	bin, err2 := filepath.Abs(*binDir)
@@ -96,27 +103,59 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-// kubelets are the kubelets each scenario runs against, in order.
+// kubelets are the kubelets each scenario runs against, in order: the
+// stock kubelet and critlet's with default settings, as -kubelets selects.
 func kubelets() []kubeletUnderTest {
-	all := []kubeletUnderTest{
-		{name: "stock", binary: "kubelet-stock"},
-		{name: "critlet", binary: "kubelet"},
-	}
 	var out []kubeletUnderTest
-	for _, k := range all {
-		for _, want := range strings.Split(*only, ",") {
-			if strings.TrimSpace(want) == k.name {
-				out = append(out, k)
-			}
+	for _, k := range []kubeletUnderTest{stockKubelet, critletKubelet} {
+		if slices.Contains(selected(), k.name) {
+			out = append(out, k)
 		}
 	}
 	return out
 }
 
-type kubeletUnderTest struct {
-	name   string
-	binary string
+var (
+	stockKubelet   = kubeletUnderTest{name: "stock", binary: "kubelet-stock"}
+	critletKubelet = kubeletUnderTest{name: "critlet", binary: "kubelet"}
+)
+
+func selected() []string {
+	var names []string
+	for _, n := range strings.Split(*only, ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	return names
 }
+
+// checkSelection refuses a -kubelets naming anything but stock and critlet,
+// so a typo cannot run zero scenarios and pass.
+func checkSelection() error {
+	names := selected()
+	for _, n := range names {
+		if n != stockKubelet.name && n != critletKubelet.name {
+			return fmt.Errorf("-kubelets: unknown kubelet %q: want stock, critlet or both, comma-separated", n)
+		}
+	}
+	return nil
+}
+
+// kubeletUnderTest is a kubelet binary with the settings it runs with.
+type kubeletUnderTest struct {
+	name   string // in the report: stock, critlet, or critlet and its settings
+	binary string
+	flags  []string // critlet's settings as flags
+	env    []string // or as environment variables (NAME=value)
+}
+
+// with returns critlet's kubelet with non-default settings.
+func (k kubeletUnderTest) with(flags, env []string) kubeletUnderTest {
+	k.flags, k.env = flags, env
+	k.name = strings.TrimSpace(k.name + " " + strings.Join(append(append([]string(nil), flags...), env...), " "))
+	return k
+}
+
+func (k kubeletUnderTest) stock() bool { return k.binary == stockKubelet.binary }
 
 func (k kubeletUnderTest) path() string {
 	bin, _ := filepath.Abs(*binDir)

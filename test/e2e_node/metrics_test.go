@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/critlet/critlet/internal/localnode"
 )
 
 // scrape returns the kubelet's /metrics samples whose name starts with
@@ -74,7 +77,7 @@ func (e *env) checkMetrics(victims int) {
 		e.t.Errorf("kubelet_preemptions sums to %v, want %d", preemptions, victims)
 	}
 	ours := e.scrape("kubelet_critical_preemption_")
-	if e.kubelet.name == "stock" {
+	if e.kubelet.stock() {
 		if len(ours) != 0 {
 			e.t.Errorf("stock kubelet exports critlet's metrics: %v", ours)
 		}
@@ -91,4 +94,24 @@ func (e *env) checkMetrics(victims int) {
 		}
 	}
 	e.note("metrics: kubelet_preemptions=%v, critlet admissions=%v", preemptions, ours[`kubelet_critical_preemption_duration_seconds_count{policy="upstream"}`])
+}
+
+// expectSettingsLogged checks the settings line of the kubelet now running:
+// the last one the kubelet log holds, since every kubelet of the suite
+// writes to the same log.
+func (e *env) expectSettingsLogged(policy string) {
+	e.t.Helper()
+	data, err := os.ReadFile(suite.Config().LogFile(localnode.Kubelet))
+	if err != nil {
+		e.t.Fatalf("reading the kubelet log: %v", err)
+	}
+	var last string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, "critlet critical-pod admission handler installed") {
+			last = l
+		}
+	}
+	if want := `policy="` + policy + `"`; !strings.Contains(last, want) {
+		e.t.Errorf("kubelet's settings line %q lacks %s", last, want)
+	}
 }

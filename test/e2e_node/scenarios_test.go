@@ -269,10 +269,12 @@ func TestTerminationLatency(t *testing.T) {
 // A victim the runtime cannot stop: its pod runs under a runtime handler
 // whose runc refuses "kill", so StopContainer fails and the kubelet's kill
 // times out (ExceededGracePeriod). Upstream logs the failure and admits the
-// critical pod anyway. critlet does too, but first re-plans: the stuck pod
-// freed nothing, so it chooses other, untried pods for the shortfall.
+// critical pod anyway, and so does critlet with its default settings. With
+// re-planning turned on, critlet first chooses other, untried pods for the
+// shortfall: the stuck pod freed nothing.
 func TestUnkillableVictim(t *testing.T) {
-	runScenario(t, "8 victim that cannot be killed", scenarioOptions{}, func(e *env) {
+	replanning := critletKubelet.with([]string{"--critical-preemption-max-replans=2"}, nil)
+	runScenario(t, "8 victim that cannot be killed", scenarioOptions{critletVariants: []kubeletUnderTest{replanning}}, func(e *env) {
 		e.ensureRuntimeClass(unstoppableHandler)
 		stuck := burstable("unstoppable", "200m", "200Mi")
 		stuck.gracePeriod = ptr.To(int64(5))
@@ -296,24 +298,58 @@ func TestUnkillableVictim(t *testing.T) {
 		if cur := e.expectPhase(pods[0], v1.PodRunning); len(cur.Status.ContainerStatuses) == 1 && cur.Status.ContainerStatuses[0].State.Running == nil {
 			e.t.Errorf("stuck pod's container is not running: %+v", cur.Status.ContainerStatuses[0].State)
 		}
-		e.expectPreemptorEvent(crit, "PreemptionReplanned")
 		// The kubelet publishes a victim's DisruptionTarget condition with its
 		// terminal status, once its containers have stopped: never, here.
-		switch e.kubelet.name {
-		case "stock":
-			for _, p := range pods[1:] {
-				e.expectPhase(p, v1.PodRunning)
-			}
-			e.expectVictims()
-			e.note("the kill timed out; the critical pod was admitted while the stuck pod still holds its requests")
-		case "critlet":
+		if e.kubelet.name == replanning.name {
+			e.expectPreemptorEvent(crit, "PreemptionReplanned")
 			for _, p := range pods[1:] {
 				e.expectPreempted(p, exitsOnTerm)
 			}
 			e.expectVictims(pods[1].Name, pods[2].Name)
 			e.note("re-planned onto the two spare pods for the stuck pod's share")
+		} else {
+			e.expectPreemptorEvent(crit, "PreemptionIncomplete")
+			for _, p := range pods[1:] {
+				e.expectPhase(p, v1.PodRunning)
+			}
+			e.expectVictims()
+			e.note("the kill timed out; the critical pod was admitted while the stuck pod still holds its requests")
 		}
 		e.row.victims = append(e.row.victims, pods[0].Name+" (kill timed out)")
+	})
+}
+
+// The priority policy, set by flag and by environment variable, reaches the
+// handler of a running kubelet: of a high-priority Burstable pod and a
+// priority-0 Guaranteed pod of the same size, upstream's rules (and critlet's
+// defaults) take the Burstable one; the priority policy takes the
+// Guaranteed one, whose priority is lower.
+func TestPriorityPolicy(t *testing.T) {
+	byFlag := critletKubelet.with([]string{"--critical-preemption-policy=priority"}, nil)
+	byEnv := critletKubelet.with(nil, []string{"CRITLET_PREEMPTION_POLICY=priority"})
+	runScenario(t, "10 priority policy", scenarioOptions{critletVariants: []kubeletUnderTest{byFlag, byEnv}}, func(e *env) {
+		e.ensurePriorityClass("e2e-high", 1_000_000_000)
+		high := burstable("high-burstable", "200m", "200Mi")
+		high.priorityClass = "e2e-high"
+		pods := e.createRunning(high, guaranteed("low-guaranteed", "200m", "200Mi"))
+		all := e.allocatable()
+		cpu, mem := all[v1.ResourceCPU], all[v1.ResourceMemory]
+		cpu.Sub(resource.MustParse("200m"))
+		mem.Sub(resource.MustParse("200Mi"))
+		crit := e.createCritical(critical("critical", v1.ResourceList{v1.ResourceCPU: cpu, v1.ResourceMemory: mem}))
+		policy := "upstream"
+		victim, survivor := pods[0], pods[1]
+		if e.kubelet.name == byFlag.name || e.kubelet.name == byEnv.name {
+			policy, victim, survivor = "priority", pods[1], pods[0]
+		}
+		e.expectPreempted(victim, exitsOnTerm)
+		e.expectPhase(survivor, v1.PodRunning)
+		e.expectVictims(victim.Name)
+		e.expectPhase(crit, v1.PodRunning)
+		if !e.kubelet.stock() {
+			e.expectPreemptorEvent(crit, "PreemptedForAdmission")
+			e.expectSettingsLogged(policy)
+		}
 	})
 }
 
@@ -355,7 +391,7 @@ func (e *env) expectPreemptorEvent(crit *v1.Pod, reason string) {
 		ours += e.eventCount(crit, r)
 	}
 	want := 0
-	if e.kubelet.name == "critlet" {
+	if !e.kubelet.stock() {
 		want = 1
 		if n := e.eventCount(crit, reason); n != 1 {
 			e.t.Errorf("critical pod has %d %s events, want 1", n, reason)
