@@ -82,10 +82,7 @@ func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context
 		// Only resource shortfalls can be fixed by preemption; report the rest.
 		return other, nil
 	}
-	if err := c.admit(ctx, start, admitPod, reqs); err != nil {
-		return nil, err
-	}
-	return nil, nil
+	return nil, c.admit(ctx, start, admitPod, reqs)
 }
 
 // refuse records why admitPod cannot be admitted and returns the error the

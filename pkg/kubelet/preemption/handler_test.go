@@ -2,6 +2,7 @@ package preemption
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -259,4 +260,33 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// The near-tie node on which a fused multiply-add changes victims (see the
+// victims package): the stock handler and critlet's both take pods 0, 2, 3
+// and 4, on every architecture CI runs this on.
+func TestNearTieNodeMatchesStock(t *testing.T) {
+	pods := []*v1.Pod{
+		castPod("pod-0", "250m", "320Mi", false, nil),
+		castPod("pod-1", "450m", "256Mi", false, nil),
+		castPod("pod-2", "300m", "384Mi", false, nil),
+		castPod("pod-3", "550m", "192Mi", false, nil),
+		castPod("pod-4", "250m", "384Mi", false, nil),
+		castPod("pod-5", "550m", "128Mi", true, nil),
+	}
+	reasons := []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 500), insufficientOf(v1.ResourceMemory, 1280*mi)}
+	want := run(t, stockHandler, clusterCritPod, pods, reasons, lifecycle.AddOperation, false)
+	var names []string
+	for _, k := range want.kills {
+		names = append(names, strings.TrimPrefix(k.uid, "uid-"))
+	}
+	slices.Sort(names)
+	if got := strings.Join(names, ","); got != "pod-0,pod-2,pod-3,pod-4" {
+		t.Fatalf("stock handler killed %s, want pod-0,pod-2,pod-3,pod-4", got)
+	}
+	for _, o := range []options.Options{options.Upstream(), options.Defaults()} {
+		if err := compare(want, run(t, critletHandler(o), clusterCritPod, pods, reasons, lifecycle.AddOperation, false), o.Parallelism == 1); err != nil {
+			t.Errorf("%v:\n%v", o, err)
+		}
+	}
 }
