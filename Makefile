@@ -3,6 +3,9 @@
 #   make local-up       build what is missing and start a local node with the patched kubelet
 #   make local-down     stop the local node and remove what it created (logs are kept)
 #   make test           unit tests, checks of the built binaries, node e2e on both kubelets
+#                       (ours, and upstream's CriticalPod tests)
+#   make test-e2e-upstream-conformance
+#                       upstream's node conformance tests on both kubelets (hours)
 #   make kubelet        _output/bin/kubelet (patched)
 #   make kubelet-stock  _output/bin/kubelet-stock (upstream, same module graph and flags)
 #   make run            build _output/bin/kubelet and print its version
@@ -19,7 +22,8 @@ SHELL := /usr/bin/env bash
 
 # The binaries are always handed to go build, whose cache knows what changed.
 .PHONY: kubelet kubelet-stock control-plane node-tools node-deps test-deps run local-up local-down local-status \
-	test test-unit test-build test-e2e-node clean
+	test test-unit test-build test-e2e-node test-e2e-upstream test-e2e-upstream-conformance \
+	e2e-upstream-tools clean
 
 KUBELET ?= _output/bin/kubelet
 KUBELET_FLAGS ?=
@@ -56,7 +60,7 @@ local-down: node-tools
 local-status: node-tools
 	_output/bin/local-node status -state $(STATE_DIR)
 
-test: test-unit test-build test-e2e-node
+test: test-unit test-build test-e2e-node test-e2e-upstream
 
 # -trimpath, as the kubelet builds use, lets tests and builds share compiled
 # dependencies in Go's cache.
@@ -94,8 +98,28 @@ test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock
 	status=0; go test -trimpath -tags e2enode -count=1 -timeout 60m -v ./test/e2e_node/ -args -state $(CURDIR)/$(E2E_STATE) || status=$$?; \
 	_output/bin/local-node down -state $(E2E_STATE) >/dev/null || status=1; exit $$status
 
+# Upstream's own node e2e suite, compiled unmodified from the pinned module,
+# run on each kubelet in a RuntimeOnly local node; agnhost, an image the
+# suite needs, and ginkgo's runner (the conformance set runs in several
+# processes) compiled from the module too. The report compares the
+# kubelets test by test; JUnit reports go beside it.
+UPSTREAM_STATE := _output/e2e-upstream
+e2e-upstream-tools:
+	go test -c -trimpath -o _output/bin/e2e_node.test k8s.io/kubernetes/test/e2e_node
+	CGO_ENABLED=0 go build -trimpath -o _output/bin/agnhost k8s.io/kubernetes/test/images/agnhost
+	go build -trimpath -o _output/bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
+	go build -trimpath -o _output/bin/e2e-upstream ./test/e2e_upstream
+
+test-e2e-upstream: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools
+	status=0; _output/bin/e2e-upstream -focus critical -state $(UPSTREAM_STATE) -report _output/e2e-upstream-report.md || status=$$?; \
+	_output/bin/local-node down -state $(UPSTREAM_STATE)/node >/dev/null || status=1; exit $$status
+
+test-e2e-upstream-conformance: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools
+	status=0; _output/bin/e2e-upstream -focus conformance -state $(UPSTREAM_STATE) -report _output/e2e-upstream-conformance-report.md || status=$$?; \
+	_output/bin/local-node down -state $(UPSTREAM_STATE)/node >/dev/null || status=1; exit $$status
+
 clean:
-	for d in $(STATE_DIR) $(E2E_STATE); do \
+	for d in $(STATE_DIR) $(E2E_STATE) $(UPSTREAM_STATE)/node; do \
 		if [[ -e $$d/.critlet-local-node ]]; then _output/bin/local-node down -state $$d; fi; \
 	done
 	if [[ -d _output ]]; then chmod -R u+w _output; fi

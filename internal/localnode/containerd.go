@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,9 +54,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = "{{cniconf}}"
 `
 
-// cniConfig attaches pods to a bridge without a gateway or masquerading, so
-// that the plugins touch neither iptables nor ip_forward: the node's pods
-// need addresses, not routes off the host.
+// cniConfig attaches pods to a bridge without masquerading. On the host's
+// network the bridge has no gateway either, so that the plugins touch
+// neither routes nor ip_forward there: the node's pods need addresses, not
+// routes off the host. In a RuntimeOnly node's own network the bridge is the
+// gateway, so that the kubelet's probes and the suite reach the pods.
 const cniConfig = `{
   "cniVersion": "0.4.0",
   "name": "critlet",
@@ -63,7 +66,7 @@ const cniConfig = `{
     {
       "type": "bridge",
       "bridge": "{{bridge}}",
-      "isGateway": false,
+      "isGateway": {{gateway}},
       "ipMasq": false,
       "ipam": {
         "type": "host-local",
@@ -96,9 +99,7 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	if err := os.WriteFile(conf, []byte(n.renderContainerdConfig()), 0o644); err != nil {
 		return fmt.Errorf("containerd: writing config: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(n.l.cniConfDir(), "10-critlet.conflist"), []byte(expand(cniConfig, map[string]string{
-		"bridge": BridgeName, "ipam": n.l.cniIPAMDir(), "subnet": podSubnet,
-	})), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(n.l.cniConfDir(), "10-critlet.conflist"), []byte(n.renderCNIConfig()), 0o644); err != nil {
 		return fmt.Errorf("containerd: writing CNI config: %w", err)
 	}
 
@@ -111,10 +112,14 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("containerd: %w (install it with hack/install-node-deps.sh)", err)
 	}
+	unshare := []string{"--mount", "--propagation", "private"}
+	if n.cfg.RuntimeOnly {
+		unshare = append(unshare, "--net")
+	}
 	h, err := n.start(process.Spec{
 		Name: Containerd,
 		Path: "unshare",
-		Args: []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", strings.Join(script, "\n"), containerd, "--config", conf},
+		Args: append(unshare, "--", "/bin/sh", "-c", strings.Join(script, "\n"), containerd, "--config", conf),
 	})
 	if err != nil {
 		return err
@@ -131,6 +136,13 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	return n.importImages(ctx)
+}
+
+// renderCNIConfig returns the pods' network configuration.
+func (n *Node) renderCNIConfig() string {
+	return expand(cniConfig, map[string]string{
+		"bridge": BridgeName, "ipam": n.l.cniIPAMDir(), "subnet": podSubnet, "gateway": strconv.FormatBool(n.cfg.RuntimeOnly),
+	})
 }
 
 // renderContainerdConfig returns containerd's configuration for the node,
@@ -182,24 +194,28 @@ func (n *Node) importImages(ctx context.Context) error {
 	for _, applet := range []string{"sh", "sleep", "cat", "echo", "ls", "true", "false", "kill", "ps", "env"} {
 		bbFiles = append(bbFiles, oci.File{Path: "/bin/" + applet, Link: "busybox"})
 	}
-	images := []struct {
-		file string
-		img  oci.Image
-	}{
-		{"pause.tar", oci.Image{Name: PauseImage, Entrypoint: []string{"/pause"}, Files: []oci.File{{Path: "/pause", Mode: 0o755, Content: pause}}}},
-		{"busybox.tar", oci.Image{Name: BusyboxImage, Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}, Files: bbFiles}},
-	}
+	return n.ImportImages(ctx,
+		oci.Image{Name: PauseImage, Entrypoint: []string{"/pause"}, Files: []oci.File{{Path: "/pause", Mode: 0o755, Content: pause}}},
+		oci.Image{Name: BusyboxImage, Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}, Files: bbFiles},
+	)
+}
+
+// ImportImages writes each image as an OCI archive in the state directory
+// and imports it into the node's containerd under its name.
+func (n *Node) ImportImages(ctx context.Context, images ...oci.Image) error {
 	if err := os.MkdirAll(n.l.images(), 0o755); err != nil {
 		return fmt.Errorf("images: %w", err)
 	}
-	for _, im := range images {
-		path := filepath.Join(n.l.images(), im.file)
-		if err := oci.WriteFile(path, im.img); err != nil {
-			return fmt.Errorf("image %s: %w", im.img.Name, err)
+	for _, img := range images {
+		// One archive per name; references hold characters paths should not.
+		file := strings.NewReplacer("/", "_", ":", "_").Replace(img.Name) + ".tar"
+		path := filepath.Join(n.l.images(), file)
+		if err := oci.WriteFile(path, img); err != nil {
+			return fmt.Errorf("image %s: %w", img.Name, err)
 		}
 		cmd := exec.CommandContext(ctx, "ctr", "--address", n.l.criSocket(), "--namespace", "k8s.io", "images", "import", path)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("importing image %s: %w\n%s", im.img.Name, err, out)
+			return fmt.Errorf("importing image %s: %w\n%s", img.Name, err, out)
 		}
 	}
 	return nil

@@ -177,22 +177,37 @@ func (n *Node) KubeletAlive() bool { return n.isAlive(Kubelet) }
 // ResetKubelet stops the kubelet and removes everything it ran or stored:
 // the node's pods in the API, their sandboxes and processes, pod cgroups,
 // the Node object, the kubelet's mounts and directory. The next
-// StartKubelet registers a fresh node. It goes on after a failed step and
-// reports them all.
+// StartKubelet registers a fresh node. On a RuntimeOnly node it stops what
+// joined the node instead, and there is no API to clean. It goes on after a
+// failed step and reports them all.
 func (n *Node) ResetKubelet(ctx context.Context) error {
 	if err := n.StopKubelet(); err != nil {
 		return err
 	}
 	var errs []error
-	errs = append(errs, n.deleteAPIPods(ctx), n.removeSandboxes(ctx))
+	if n.cfg.RuntimeOnly {
+		errs = append(errs, n.killJoined())
+	} else {
+		errs = append(errs, n.deleteAPIPods(ctx))
+	}
+	errs = append(errs, n.removeSandboxes(ctx))
 	// What the runtime could not stop is killed.
 	errs = append(errs, killCgroupProcs(CgroupRoot), removeCgroups(CgroupRoot))
-	if err := n.client.CoreV1().Nodes().Delete(ctx, n.cfg.NodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, fmt.Errorf("deleting node %s: %w", n.cfg.NodeName, err))
+	if n.cfg.RuntimeOnly {
+		// The next kubelet to join needs its cgroup root.
+		errs = append(errs, createCgroupRoot(CgroupRoot))
+	} else {
+		if err := n.client.CoreV1().Nodes().Delete(ctx, n.cfg.NodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting node %s: %w", n.cfg.NodeName, err))
+		}
 	}
 	errs = append(errs, n.unmountInNamespace(n.l.kubelet()), removeAll(n.l.kubelet()))
-	for _, m := range []string{"var-log", "device-plugins"} {
-		errs = append(errs, clearDir(n.l.mount(m)))
+	errs = append(errs, n.unmountInNamespace("/var/lib/kubelet"))
+	for _, dir := range []string{n.l.mount("var-log"), n.cfg.KubeletRootMount()} {
+		errs = append(errs, clearDir(dir))
+	}
+	if err := os.MkdirAll(n.cfg.DevicePluginDir(), 0o755); err != nil {
+		errs = append(errs, fmt.Errorf("kubelet: %w", err))
 	}
 	return errors.Join(errs...)
 }

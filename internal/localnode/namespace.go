@@ -21,30 +21,47 @@ import (
 // namespaceScript returns the shell lines that prepare the namespace.
 func (n *Node) namespaceScript() ([]string, error) {
 	lines := []string{"set -e"}
+	if n.cfg.RuntimeOnly {
+		lines = append(lines, privateNetworkLines()...)
+	}
 	// containerd 1.6 keeps shim sockets under /run/containerd and network
 	// namespaces under /run/netns whatever its configuration says, and its
-	// CNI library caches results in /var/lib/cni.
-	for _, d := range []string{"/run/containerd", "/run/netns", "/var/lib/cni"} {
+	// CNI library caches results in /var/lib/cni. Upstream's node e2e suite,
+	// which a RuntimeOnly node runs, writes keys and etcd's data to /tmp;
+	// a full node's runtime handlers may be programs in the host's /tmp.
+	private := []string{"/run/containerd", "/run/netns", "/var/lib/cni"}
+	if n.cfg.RuntimeOnly {
+		private = append(private, "/tmp")
+	}
+	for _, d := range private {
 		if err := n.hostDir(d); err != nil {
 			return nil, err
 		}
-		lines = append(lines, "mount -t tmpfs -o mode=0711 critlet "+shellQuote(d))
+		mode := "0711"
+		if d == "/tmp" {
+			mode = "1777"
+		}
+		lines = append(lines, "mount -t tmpfs -o mode="+mode+" critlet "+shellQuote(d))
 	}
 	masks, err := n.maskSysctls(append([]string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"}, kubeletSysctls...))
 	if err != nil {
 		return nil, err
 	}
 	lines = append(lines, masks...)
-	// The kubelet writes /var/log/containers, and its device manager's socket
-	// directory is fixed at /var/lib/kubelet/device-plugins.
-	if err := n.hostDir("/var/lib/kubelet/device-plugins"); err != nil {
+	// The kubelet writes /var/log/containers and /var/log/pods, and keeps
+	// its device-plugin sockets, and with upstream's suite its whole root,
+	// in /var/lib/kubelet.
+	if err := n.hostDir("/var/lib/kubelet"); err != nil {
 		return nil, err
 	}
-	for src, dst := range map[string]string{n.l.mount("var-log"): "/var/log", n.l.mount("device-plugins"): "/var/lib/kubelet/device-plugins"} {
-		if err := os.MkdirAll(src, 0o755); err != nil {
+	if err := os.MkdirAll(n.cfg.DevicePluginDir(), 0o755); err != nil {
+		return nil, fmt.Errorf("node namespace: %w", err)
+	}
+	for _, m := range []struct{ src, dst string }{{n.l.mount("var-log"), "/var/log"}, {n.cfg.KubeletRootMount(), "/var/lib/kubelet"}} {
+		if err := os.MkdirAll(m.src, 0o755); err != nil {
 			return nil, fmt.Errorf("node namespace: %w", err)
 		}
-		lines = append(lines, "mount --bind "+shellQuote(src)+" "+shellQuote(dst))
+		lines = append(lines, "mount --bind "+shellQuote(m.src)+" "+shellQuote(m.dst))
 	}
 	// The kubelet's iptables chains serve kube-proxy and the like, which the
 	// node does not run, and the CNI bridge needs none without masquerading:
@@ -55,6 +72,49 @@ func (n *Node) namespaceScript() ([]string, error) {
 				lines = append(lines, "mount --bind /bin/false "+shellQuote(bin))
 			}
 		}
+	}
+	hidden, err := n.hideCommands()
+	if err != nil {
+		return nil, err
+	}
+	return append(lines, hidden...), nil
+}
+
+// privateNetworkLines bring up a RuntimeOnly node's network namespace:
+// loopback, and NodeIP on one end of a veth pair that carries the default
+// route, so that a kubelet finds a node address and an API server an
+// address to advertise. The pair lives and dies with the namespace.
+func privateNetworkLines() []string {
+	return []string{
+		"ip link set lo up",
+		"ip link add critlet-node type veth peer name critlet-peer",
+		"ip addr add " + NodeIP + "/32 dev critlet-node",
+		"ip link set critlet-peer up",
+		"ip link set critlet-node up",
+		"ip route add default dev critlet-node",
+	}
+}
+
+// hideCommands returns the lines that cover each of the configured host
+// programs with an empty file of the node's, which exec and PATH lookups
+// reject. A program the host does not have needs no cover.
+func (n *Node) hideCommands() ([]string, error) {
+	if len(n.cfg.HiddenCommands) == 0 {
+		return nil, nil
+	}
+	cover := n.l.mount("hidden-command")
+	if err := os.WriteFile(cover, nil, 0o644); err != nil {
+		return nil, fmt.Errorf("node namespace: %w", err)
+	}
+	var lines []string
+	for _, c := range n.cfg.HiddenCommands {
+		if !filepath.IsAbs(c) {
+			return nil, fmt.Errorf("node namespace: hidden command %q is not an absolute path", c)
+		}
+		if _, err := os.Stat(c); err != nil {
+			continue
+		}
+		lines = append(lines, "mount --bind "+shellQuote(cover)+" "+shellQuote(c))
 	}
 	return lines, nil
 }

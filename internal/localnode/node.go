@@ -50,6 +50,9 @@ var components = []string{Etcd, APIServer, Containerd, Kubelet}
 // running under cfg.StateDir is left as it is if every component is alive;
 // otherwise its remains are removed first.
 func Up(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.RuntimeOnly {
+		return nil, errors.New("a RuntimeOnly node has no control plane for a kubelet of its own: start it with UpRuntime")
+	}
 	n, err := UpRuntime(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -74,7 +77,7 @@ func Up(ctx context.Context, cfg Config) (*Node, error) {
 }
 
 // UpRuntime starts everything but the kubelet: etcd, kube-apiserver and
-// containerd.
+// containerd, or containerd alone for a RuntimeOnly node.
 func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -132,11 +135,21 @@ func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	if n.client, err = kubernetes.NewForConfig(restCfg); err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
-	if n.isAlive(APIServer) {
+	starts := []func(context.Context) error{n.startEtcd, n.startAPIServer, n.startContainerd}
+	if n.cfg.RuntimeOnly {
+		starts = starts[2:]
+	}
+	if n.isAlive(Containerd) {
 		return n, nil
 	}
-	for _, start := range []func(context.Context) error{n.startEtcd, n.startAPIServer, n.startContainerd} {
+	for _, start := range starts {
 		if err := start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if n.cfg.RuntimeOnly {
+		// The kubelets that join need their cgroup root.
+		if err := createCgroupRoot(CgroupRoot); err != nil {
 			return nil, err
 		}
 	}
@@ -152,11 +165,16 @@ func listOrNone(names []string) string {
 
 func (n *Node) allAlive(alive []string) bool {
 	// The kubelet may be absent (UpRuntime); the rest must all run.
-	want := map[string]bool{Etcd: true, APIServer: true, Containerd: true}
+	want := map[string]bool{Etcd: !n.cfg.RuntimeOnly, APIServer: !n.cfg.RuntimeOnly, Containerd: true}
 	for _, a := range alive {
 		delete(want, a)
 	}
-	return len(want) == 0
+	for _, w := range want {
+		if w {
+			return false
+		}
+	}
+	return true
 }
 
 func (n *Node) isAlive(name string) bool {
@@ -228,11 +246,14 @@ func Status(cfg Config) ([]string, error) {
 // bridge or cgroup root, so that these are reported as such rather than as
 // a component dying.
 func (n *Node) checkHostFree() error {
-	if err := n.cfg.Ports.checkFree(); err != nil {
-		return err
-	}
-	if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
-		return fmt.Errorf("network device %s already exists, not made by this node: %s", BridgeName, strings.TrimSpace(string(out)))
+	// A RuntimeOnly node's ports and bridge are in its own network.
+	if !n.cfg.RuntimeOnly {
+		if err := n.cfg.Ports.checkFree(); err != nil {
+			return err
+		}
+		if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
+			return fmt.Errorf("network device %s already exists, not made by this node: %s", BridgeName, strings.TrimSpace(string(out)))
+		}
 	}
 	if procs := cgroupProcs(CgroupRoot); len(procs) > 0 {
 		return fmt.Errorf("cgroup %s still holds processes %v, not started by this node", CgroupRoot, procs)
@@ -272,7 +293,11 @@ func (n *Node) claim() error {
 // checkTools reports every missing binary at once, with how to get it.
 func (n *Node) checkTools() error {
 	var missing []string
-	for _, f := range []string{filepath.Join(n.cfg.BinDir, "etcd"), filepath.Join(n.cfg.BinDir, "kube-apiserver"), filepath.Join(n.cfg.BinDir, "pause"), n.cfg.Kubelet} {
+	files := []string{filepath.Join(n.cfg.BinDir, "pause")}
+	if !n.cfg.RuntimeOnly {
+		files = append(files, filepath.Join(n.cfg.BinDir, "etcd"), filepath.Join(n.cfg.BinDir, "kube-apiserver"), n.cfg.Kubelet)
+	}
+	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			missing = append(missing, f+" (run 'make local-up', which builds it)")
 		}

@@ -46,6 +46,9 @@ func Down(cfg Config) error {
 	stop := func(name string, grace time.Duration) { note(n.stopComponent(name, grace)) }
 
 	stop(Kubelet, 10*time.Second)
+	// Whatever else joined the node (a suite and the kubelet it started)
+	// goes before the sandboxes, so that nobody starts them again.
+	note(n.killJoined())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	if err := n.removeSandboxes(ctx); err != nil {
 		// Not fatal: what the runtime cannot remove is killed below.

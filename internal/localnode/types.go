@@ -49,7 +49,22 @@ type Config struct {
 	// RuntimeRequestTimeout bounds each CRI call of the kubelet; 0 means 2m,
 	// the kubelet's default.
 	RuntimeRequestTimeout time.Duration
+	// RuntimeOnly starts containerd alone, in a network namespace of its own
+	// as well as its mount namespace. Whatever joins the node (Node.Command)
+	// brings its own control plane and kubelet, as upstream's node e2e
+	// suite does; inside, loopback, the NodeIP address and the pods' bridge
+	// are the node's own, so fixed ports, routes and net sysctls touch
+	// nothing on the host.
+	RuntimeOnly bool
+	// HiddenCommands are host programs, by absolute path, that the node's
+	// processes must not find: each is covered by an empty, non-executable
+	// file in the node's mount namespace.
+	HiddenCommands []string
 }
+
+// NodeIP is the node's address inside a RuntimeOnly node's network
+// namespace, where it also carries the default route.
+const NodeIP = "10.244.76.1"
 
 // Component names, used for PID files, logs and messages.
 const (
@@ -100,9 +115,18 @@ func (l layout) mount(name string) string { return l.path("mounts", name) }
 // ManifestDir is the kubelet's static pod directory.
 func (c Config) ManifestDir() string { return layout{c.StateDir}.path("kubelet", "manifests") }
 
+// KubeletRootMount is the host directory that is /var/lib/kubelet inside
+// the node's namespace.
+func (c Config) KubeletRootMount() string { return layout{c.StateDir}.mount("var-lib-kubelet") }
+
 // DevicePluginDir is where the kubelet's device-plugin socket appears on the
 // host (inside the kubelet's namespace it is /var/lib/kubelet/device-plugins).
-func (c Config) DevicePluginDir() string { return layout{c.StateDir}.mount("device-plugins") }
+func (c Config) DevicePluginDir() string {
+	return filepath.Join(c.KubeletRootMount(), "device-plugins")
+}
+
+// CRIEndpoint is containerd's CRI endpoint, as a kubelet flag takes it.
+func (c Config) CRIEndpoint() string { return "unix://" + layout{c.StateDir}.criSocket() }
 
 // AdminKubeconfig is the path of the cluster-admin kubeconfig.
 func (c Config) AdminKubeconfig() string {
