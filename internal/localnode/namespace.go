@@ -26,22 +26,13 @@ func (n *Node) namespaceScript() ([]string, error) {
 	}
 	// containerd 1.6 keeps shim sockets under /run/containerd and network
 	// namespaces under /run/netns whatever its configuration says, and its
-	// CNI library caches results in /var/lib/cni. Upstream's node e2e suite,
-	// which a RuntimeOnly node runs, writes keys and etcd's data to /tmp;
-	// a full node's runtime handlers may be programs in the host's /tmp.
-	private := []string{"/run/containerd", "/run/netns", "/var/lib/cni"}
-	if n.cfg.RuntimeOnly {
-		private = append(private, "/tmp")
-	}
-	for _, d := range private {
+	// CNI library caches results in /var/lib/cni. (Not /tmp: the state
+	// directory, and a full node's runtime handlers, may be in it.)
+	for _, d := range []string{"/run/containerd", "/run/netns", "/var/lib/cni"} {
 		if err := n.hostDir(d); err != nil {
 			return nil, err
 		}
-		mode := "0711"
-		if d == "/tmp" {
-			mode = "1777"
-		}
-		lines = append(lines, "mount -t tmpfs -o mode="+mode+" critlet "+shellQuote(d))
+		lines = append(lines, "mount -t tmpfs -o mode=0711 critlet "+shellQuote(d))
 	}
 	masks, err := n.maskSysctls(append([]string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"}, kubeletSysctls...))
 	if err != nil {

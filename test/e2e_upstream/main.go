@@ -42,7 +42,7 @@ var focusSets = map[string]focusSet{
 		// hack/make-rules/test-e2e-node.sh.
 		focus:    `\[NodeConformance\]|\[NodeFeature:`,
 		skip:     `\[Flaky\]|\[Slow\]|\[Serial\]`,
-		procs:    4,
+		procs:    8,
 		timeout:  4 * time.Hour,
 		describe: "upstream's [NodeConformance] and [NodeFeature:…] tests",
 	},
@@ -52,7 +52,8 @@ type focusSet struct {
 	focus, skip string
 	timeout     time.Duration
 	// procs is how many test processes run at once: most of a pod test's
-	// time is waiting, so more than the two cores.
+	// time is waiting, so more than the cores; upstream's runs on two-core
+	// machines use 8.
 	procs int
 	// allPass: every test must pass on every kubelet; otherwise only the
 	// kubelets must agree.

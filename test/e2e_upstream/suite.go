@@ -128,6 +128,14 @@ func (r *runner) runSuite(ctx context.Context, n *localnode.Node, k kubelet, i i
 		return nil, err
 	}
 	cmd.Dir = work
+	// etcd's data and the suite's other temporary files go to the run's
+	// directory (only the API server's signing key, removed as soon as it
+	// is read, is written to /tmp by name).
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o777|os.ModeSticky); err != nil {
+		return nil, err
+	}
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	logPath := filepath.Join(dir, "suite.log")
 	log, err := os.Create(logPath)
 	if err != nil {
