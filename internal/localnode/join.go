@@ -2,7 +2,6 @@ package localnode
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/critlet/critlet/internal/localnode/process"
 )
 
 // Command returns a command that runs inside the node's namespaces: its
@@ -79,24 +76,5 @@ func (n *Node) joinedProcesses() ([]int, error) {
 // killJoined kills every process that joined the node's namespace and
 // waits until they are gone.
 func (n *Node) killJoined() error {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		pids, err := n.joinedProcesses()
-		if err != nil || len(pids) == 0 {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v in the node's namespace survived SIGKILL", pids)
-		}
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("killing process %d in the node's namespace: %w", pid, err)
-			}
-		}
-		for _, pid := range pids {
-			for i := 0; i < 20 && process.Runs(pid); i++ {
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
-	}
+	return killUntilGone("in the node's namespace", n.joinedProcesses)
 }

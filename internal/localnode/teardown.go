@@ -254,17 +254,26 @@ func thawCgroups(root string) {
 // to go.
 func killCgroupProcs(root string) error {
 	thawCgroups(root)
+	return killUntilGone("in cgroup "+root, func() ([]int, error) { return cgroupProcs(root), nil })
+}
+
+// killUntilGone sends SIGKILL to the processes list returns until it
+// returns none, for at most 15 seconds; what says where they are, for the
+// error.
+func killUntilGone(what string, list func() ([]int, error)) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		pids := cgroupProcs(root)
-		if len(pids) == 0 {
-			return nil
+		pids, err := list()
+		if err != nil || len(pids) == 0 {
+			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v in cgroup %s survived SIGKILL", pids, root)
+			return fmt.Errorf("processes %v %s survived SIGKILL", pids, what)
 		}
 		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("killing process %d %s: %w", pid, what, err)
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
