@@ -6,8 +6,10 @@
 #                       (ours, and upstream's CriticalPod tests)
 #   make test-e2e-upstream-conformance
 #                       upstream's node conformance tests on both kubelets (hours)
+#   make                _output/bin/kubelet and _output/bin/critlet-explain
 #   make kubelet        _output/bin/kubelet (patched)
 #   make kubelet-stock  _output/bin/kubelet-stock (upstream, same module graph and flags)
+#   make critlet-explain  _output/bin/critlet-explain: what a node would preempt for a pod
 #   make run            build _output/bin/kubelet and print its version
 #
 # local-up takes KUBELET=<binary> (default _output/bin/kubelet; e.g.
@@ -16,12 +18,12 @@
 
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
-.DEFAULT_GOAL := kubelet
+.DEFAULT_GOAL := all
 # Each kubelet link needs a couple of GB and both cores; never build two at once.
 .NOTPARALLEL:
 
 # The binaries are always handed to go build, whose cache knows what changed.
-.PHONY: kubelet kubelet-stock control-plane node-tools node-deps test-deps run local-up local-down local-status \
+.PHONY: all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
 	test test-unit test-build test-e2e-node test-e2e-upstream test-e2e-upstream-conformance \
 	e2e-upstream-tools clean
 
@@ -29,8 +31,13 @@ KUBELET ?= _output/bin/kubelet
 KUBELET_FLAGS ?=
 STATE_DIR ?= _output/local-node
 
+all: kubelet critlet-explain
+
 kubelet:
 	hack/build-kubelet.sh patched
+
+critlet-explain:
+	go build -trimpath -o _output/bin/critlet-explain ./cmd/critlet-explain
 
 kubelet-stock:
 	hack/build-kubelet.sh stock
@@ -94,8 +101,8 @@ test-build: kubelet kubelet-stock
 # The suite removes its node when it ends; the local-node down afterwards
 # covers a run killed by its timeout. The table is in _output/e2e-node-report.md.
 E2E_STATE := _output/e2e-node
-test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock
-	status=0; go test -trimpath -tags e2enode -count=1 -timeout 60m -v ./test/e2e_node/ -args -state $(CURDIR)/$(E2E_STATE) || status=$$?; \
+test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain
+	status=0; go test -trimpath -tags e2enode -count=1 -timeout 90m -v ./test/e2e_node/ -args -state $(CURDIR)/$(E2E_STATE) || status=$$?; \
 	_output/bin/local-node down -state $(E2E_STATE) >/dev/null || status=1; exit $$status
 
 # Upstream's own node e2e suite, compiled unmodified from the pinned module,

@@ -112,6 +112,8 @@ type scenarioOptions struct {
 	// critletVariants are runs of critlet's kubelet with non-default
 	// settings, after the default kubelets, when critlet is selected.
 	critletVariants []kubeletUnderTest
+	// timeout bounds each kubelet's run; 8 minutes when zero.
+	timeout time.Duration
 }
 
 // runScenario runs fn once per kubelet, each time on a fresh node.
@@ -125,7 +127,11 @@ func runScenario(t *testing.T, name string, opts scenarioOptions, fn func(e *env
 			row := &result{scenario: name, kubelet: k.name}
 			results.add(row)
 			t.Cleanup(func() { row.failed = t.Failed() })
-			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			timeout := opts.timeout
+			if timeout == 0 {
+				timeout = 8 * time.Minute
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			e := &env{t: t, ctx: ctx, c: suite.Client(), node: suite.Config().NodeName, kubelet: k, row: row, maxPods: opts.maxPods,
 				flags: append(slices.Clip(k.flags), strings.Fields(*extra)...)}

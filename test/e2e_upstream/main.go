@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -43,6 +44,7 @@ var focusSets = map[string]focusSet{
 		focus:    `\[NodeConformance\]|\[NodeFeature:`,
 		skip:     `\[Flaky\]|\[Slow\]|\[Serial\]`,
 		procs:    8,
+		recheck:  2,
 		timeout:  4 * time.Hour,
 		describe: "upstream's [NodeConformance] and [NodeFeature:…] tests",
 	},
@@ -57,7 +59,11 @@ type focusSet struct {
 	procs int
 	// allPass: every test must pass on every kubelet; otherwise only the
 	// kubelets must agree.
-	allPass  bool
+	allPass bool
+	// recheck is how many times each test the kubelets differed on is run
+	// again on every kubelet; only a difference that reproduces fails the
+	// run. Zero for an all-pass focus: a flake there is a bug.
+	recheck  int
 	describe string
 }
 
@@ -78,6 +84,8 @@ func run(ctx context.Context, args []string) int {
 	kubeletList := fs.String("kubelets", "stock=_output/bin/kubelet-stock,critlet=_output/bin/kubelet", "name=binary pairs, run in this order")
 	focusName := fs.String("focus", "critical", "the tests to run: critical or conformance")
 	runs := fs.Int("runs", 1, "how many times to run the suite on each kubelet")
+	testsFile := fs.String("tests", "", "run only the tests this file names, one JUnit name per line (of the focus's)")
+	recheckRuns := fs.Int("recheck", -1, "runs of each test the kubelets differ on, again on every kubelet (default: the focus's, 2 for conformance, 0 for critical)")
 	reportPath := fs.String("report", "_output/e2e-upstream-report.md", "the Markdown report; JUnit reports go beside it")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -90,6 +98,9 @@ func run(ctx context.Context, args []string) int {
 	if *runs < 1 {
 		fmt.Fprintf(os.Stderr, "e2e-upstream: -runs must be at least 1, got %d\n", *runs)
 		return 2
+	}
+	if *recheckRuns >= 0 {
+		focus.recheck = *recheckRuns
 	}
 	kubelets, err := parseKubelets(*kubeletList)
 	if err != nil {
@@ -109,30 +120,37 @@ func run(ctx context.Context, args []string) int {
 	}
 	title := "Upstream node e2e: " + focus.describe
 	r := &runner{state: *state, suite: *suite, ginkgo: *ginkgo, bin: *bin, agnhost: *agnhost, focus: focus, junitDir: filepath.Join(filepath.Dir(*reportPath), "e2e-upstream-junit", *focusName)}
+	if *testsFile != "" {
+		if r.only, err = readTestList(*testsFile); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e-upstream: -tests: %v\n", err)
+			return 2
+		}
+		title += fmt.Sprintf(" (the %d tests of %s)", len(r.only), *testsFile)
+	}
 	// After each run the report so far is written, marked partial, so that
 	// a long run interrupted still leaves its results.
 	r.progress = func(res map[string]Runs, notes []string) {
 		var b strings.Builder
-		writeReport(&b, title+" (PARTIAL: the runs are not over)", compare(names, res), res, notes)
+		writeReport(&b, title+" (PARTIAL: the runs are not over)", compare(names, res), res, nil, notes)
 		if err := os.WriteFile(*reportPath, []byte(b.String()), 0o644); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e-upstream: writing the partial report: %v\n", err)
 		}
 	}
-	res, notes, err := r.runAll(ctx, kubelets, *runs)
+	res, rc, notes, err := r.runAll(ctx, kubelets, *runs)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e-upstream: %v (a partial report may be in %s)\n", err, *reportPath)
 		return 1
 	}
 	cmp := compare(names, res)
 	var b strings.Builder
-	writeReport(&b, title, cmp, res, notes)
+	writeReport(&b, title, cmp, res, rc, notes)
 	if err := os.WriteFile(*reportPath, []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e-upstream: writing the report: %v\n", err)
 		return 1
 	}
 	fmt.Print(b.String())
 	fmt.Printf("\nreport: %s\n", *reportPath)
-	if problems := verdict(focus, cmp, res); len(problems) > 0 {
+	if problems := verdict(focus, cmp, res, rc); len(problems) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e-upstream: FAILED:\n  %s\n", strings.Join(problems, "\n  "))
 		return 1
 	}
@@ -140,10 +158,15 @@ func run(ctx context.Context, args []string) int {
 }
 
 // verdict lists what makes the run a failure: any difference between the
-// kubelets, and for an all-pass focus any test that did not pass.
-func verdict(focus focusSet, cmp Comparison, res map[string]Runs) []string {
+// kubelets (with a recheck, any that reproduced), and for an all-pass focus
+// any test that did not pass.
+func verdict(focus focusSet, cmp Comparison, res map[string]Runs, rc *Recheck) []string {
 	var problems []string
-	for _, t := range cmp.Differences {
+	differences := cmp.Differences
+	if rc != nil {
+		differences = rc.Reproduced
+	}
+	for _, t := range differences {
 		problems = append(problems, "kubelets differ on "+t)
 	}
 	if focus.allPass {
@@ -195,13 +218,35 @@ type runner struct {
 	focus    focusSet
 	// selected are the tests the focus selects, from a dry run.
 	selected []string
+	// only, when set, restricts the runs to these of the selected tests.
+	only []string
+}
+
+// readTestList reads test names, one per line; blank lines and lines
+// starting with # are left out.
+func readTestList(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			names = append(names, l)
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%s names no test", path)
+	}
+	return names, nil
 }
 
 // runAll brings up the node, runs the suite runs times on each kubelet,
-// alternating, and takes the node down. The host must be as it was.
-func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[string]Runs, []string, error) {
+// alternating, rechecks the differences, and takes the node down. The host
+// must be as it was.
+func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[string]Runs, *Recheck, []string, error) {
 	if os.Geteuid() != 0 {
-		return nil, nil, errors.New("needs root: the suite's kubelet runs pods in containerd")
+		return nil, nil, nil, errors.New("needs root: the suite's kubelet runs pods in containerd")
 	}
 	tools := []string{r.suite, r.agnhost}
 	if r.focus.procs > 1 {
@@ -209,23 +254,35 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 	}
 	for _, f := range tools {
 		if _, err := os.Stat(f); err != nil {
-			return nil, nil, fmt.Errorf("%w (make test-e2e-upstream builds it)", err)
+			return nil, nil, nil, fmt.Errorf("%w (make test-e2e-upstream builds it)", err)
 		}
 	}
 	// Each run's directory and JUnit report are the report's evidence: none
 	// from earlier runs.
 	for _, d := range []string{filepath.Join(r.state, "runs"), r.junitDir} {
 		if err := os.RemoveAll(d); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	var err error
 	if r.selected, err = r.listSelected(ctx); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	if r.only != nil {
+		selected := map[string]bool{}
+		for _, t := range r.selected {
+			selected[t] = true
+		}
+		for _, t := range r.only {
+			if !selected[t] {
+				return nil, nil, nil, fmt.Errorf("-tests: %q is not a test of focus %q", t, r.focus.focus)
+			}
+		}
+		r.selected = r.only
 	}
 	before, err := hoststate.Capture()
 	if err != nil {
-		return nil, nil, fmt.Errorf("recording the host: %w", err)
+		return nil, nil, nil, fmt.Errorf("recording the host: %w", err)
 	}
 	cfg := localnode.Config{
 		StateDir:    filepath.Join(r.state, "node"),
@@ -239,41 +296,41 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 		cfg.HiddenCommands = append(cfg.HiddenCommands, p)
 	}
 	start := time.Now()
-	res, notes, runErr := r.onNode(ctx, cfg, kubelets, runs)
+	res, rc, notes, runErr := r.onNode(ctx, cfg, kubelets, runs)
 	downErr := localnode.Down(cfg)
 	after, err := hoststate.Capture()
 	if err != nil {
-		return nil, nil, fmt.Errorf("recording the host afterwards: %w", err)
+		return nil, nil, nil, fmt.Errorf("recording the host afterwards: %w", err)
 	}
 	if runErr != nil || downErr != nil {
-		return nil, nil, errors.Join(runErr, downErr)
+		return nil, nil, nil, errors.Join(runErr, downErr)
 	}
 	if diff := hoststate.Diff(before, after); len(diff) > 0 {
-		return nil, nil, fmt.Errorf("the host changed during the run:\n  %s", strings.Join(diff, "\n  "))
+		return nil, nil, nil, fmt.Errorf("the host changed during the run:\n  %s", strings.Join(diff, "\n  "))
 	}
 	notes = append(notes, fmt.Sprintf("%d run(s) per kubelet in %s; the host's sysctls, mounts, cgroups, network devices and iptables rules were the same before and after.", runs, time.Since(start).Round(time.Second)))
-	return res, notes, nil
+	return res, rc, notes, nil
 }
 
 const nodeName = "critlet-e2e-node"
 
-func (r *runner) onNode(ctx context.Context, cfg localnode.Config, kubelets []kubelet, runs int) (map[string]Runs, []string, error) {
+func (r *runner) onNode(ctx context.Context, cfg localnode.Config, kubelets []kubelet, runs int) (map[string]Runs, *Recheck, []string, error) {
 	n, err := localnode.UpRuntime(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	imgs, err := suiteImages(imageSources{Pause: filepath.Join(r.bin, "pause"), Agnhost: r.agnhost, Busybox: "/bin/busybox"})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := n.ImportImages(ctx, imgs...); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	notes := []string{fmt.Sprintf("%d tests selected.", len(r.selected))}
 	for _, k := range kubelets {
 		out, err := exec.CommandContext(ctx, k.binary, "--version").Output()
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s --version: %w", k.binary, err)
+			return nil, nil, nil, fmt.Errorf("%s --version: %w", k.binary, err)
 		}
 		notes = append(notes, fmt.Sprintf("%s: %s (%s)", k.name, k.binary, strings.TrimSpace(string(out))))
 	}
@@ -281,23 +338,50 @@ func (r *runner) onNode(ctx context.Context, cfg localnode.Config, kubelets []ku
 		fmt.Sprintf("Images built here and imported: %s (the project's pause), %s (agnhost from the pinned module on Debian's busybox), %s (Debian's busybox). Any other image the suite names cannot be pulled: there is no registry.", pauseImage, agnhostImage, busyboxImage),
 		"The suite: "+r.suite+", focus `"+r.focus.focus+"`, image pre-pulling off, the kubelets with default settings.",
 	)
+	focus := r.focus.focus
+	if r.only != nil {
+		focus = testsFocus(r.only)
+	}
 	res := map[string]Runs{}
 	for i := 1; i <= runs; i++ {
-		for _, k := range kubelets {
-			started := time.Now()
-			results, err := r.runSuite(ctx, n, k, i)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s run %d: %w", k.name, i, err)
-			}
-			fmt.Fprintf(os.Stderr, "e2e-upstream: %s run %d: %d tests in %s\n", k.name, i, len(results), time.Since(started).Round(time.Second))
-			res[k.name] = append(res[k.name], results)
-			if r.progress != nil {
-				r.progress(res, notes)
-			}
-			if err := n.ResetKubelet(ctx); err != nil {
-				return nil, nil, fmt.Errorf("clearing the node after %s run %d: %w", k.name, i, err)
-			}
+		if err := r.runKubelets(ctx, n, kubelets, pass{label: strconv.Itoa(i), focus: focus, tests: r.selected}, res, notes); err != nil {
+			return nil, nil, nil, err
 		}
 	}
-	return res, notes, nil
+	names := make([]string, len(kubelets))
+	for i, k := range kubelets {
+		names[i] = k.name
+	}
+	diffs := rechecked(compare(names, res))
+	if r.focus.recheck == 0 || len(diffs) == 0 {
+		return res, nil, notes, nil
+	}
+	again := map[string]Runs{}
+	for i := 1; i <= r.focus.recheck; i++ {
+		if err := r.runKubelets(ctx, n, kubelets, pass{label: fmt.Sprintf("recheck-%d", i), focus: testsFocus(diffs), tests: diffs}, again, nil); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return res, recheck(compare(names, res), again), notes, nil
+}
+
+// runKubelets runs pass once on each kubelet, adding the results to res,
+// and clears the node after each.
+func (r *runner) runKubelets(ctx context.Context, n *localnode.Node, kubelets []kubelet, p pass, res map[string]Runs, notes []string) error {
+	for _, k := range kubelets {
+		started := time.Now()
+		results, err := r.runSuite(ctx, n, k, p)
+		if err != nil {
+			return fmt.Errorf("%s run %s: %w", k.name, p.label, err)
+		}
+		fmt.Fprintf(os.Stderr, "e2e-upstream: %s run %s: %d tests in %s\n", k.name, p.label, len(p.tests), time.Since(started).Round(time.Second))
+		res[k.name] = append(res[k.name], results)
+		if r.progress != nil && notes != nil {
+			r.progress(res, notes)
+		}
+		if err := n.ResetKubelet(ctx); err != nil {
+			return fmt.Errorf("clearing the node after %s run %s: %w", k.name, p.label, err)
+		}
+	}
+	return nil
 }

@@ -92,6 +92,52 @@ func compare(kubelets []string, runs map[string]Runs) Comparison {
 	return cmp
 }
 
+// Recheck is a second look at the tests the kubelets differed on: each run
+// again, alone, on every kubelet. A difference reproduces when the
+// kubelets' recheck columns differ too; one that does not came from the
+// machine (timing under load), not from a kubelet.
+type Recheck struct {
+	Runs          map[string]Runs
+	Reproduced    []string
+	NotReproduced []string
+}
+
+// recheck classifies cmp's differences by the recheck runs. Differences in
+// the suite's set-up and tear-down nodes cannot be run alone: they stand.
+func recheck(cmp Comparison, runs map[string]Runs) *Recheck {
+	rc := &Recheck{Runs: runs}
+	for _, t := range cmp.Differences {
+		if !strings.HasPrefix(t, "[It] ") {
+			rc.Reproduced = append(rc.Reproduced, t)
+			continue
+		}
+		first := summarise(runs[cmp.Kubelets[0]], t).String()
+		same := true
+		for _, k := range cmp.Kubelets[1:] {
+			if summarise(runs[k], t).String() != first {
+				same = false
+			}
+		}
+		if same {
+			rc.NotReproduced = append(rc.NotReproduced, t)
+		} else {
+			rc.Reproduced = append(rc.Reproduced, t)
+		}
+	}
+	return rc
+}
+
+// rechecked returns the tests to recheck: cmp's differences that are tests.
+func rechecked(cmp Comparison) []string {
+	var out []string
+	for _, t := range cmp.Differences {
+		if strings.HasPrefix(t, "[It] ") {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // totals counts the tests' outcomes over all of a kubelet's runs; the
 // suite's set-up and tear-down nodes are in the table, not in the totals.
 func totals(runs Runs) map[Outcome]int {
@@ -106,8 +152,9 @@ func totals(runs Runs) map[Outcome]int {
 	return t
 }
 
-// writeReport renders the comparison as Markdown.
-func writeReport(w io.Writer, title string, cmp Comparison, runs map[string]Runs, notes []string) {
+// writeReport renders the comparison as Markdown; rc, when not nil, is the
+// recheck of the differences.
+func writeReport(w io.Writer, title string, cmp Comparison, runs map[string]Runs, rc *Recheck, notes []string) {
 	fmt.Fprintf(w, "# %s\n\n", title)
 	for _, n := range notes {
 		fmt.Fprintf(w, "- %s\n", n)
@@ -121,10 +168,36 @@ func writeReport(w io.Writer, title string, cmp Comparison, runs map[string]Runs
 	if len(cmp.Differences) == 0 {
 		fmt.Fprintf(w, "None: every test ended alike on every kubelet.\n")
 	}
+	if rc != nil {
+		fmt.Fprintf(w, "Each difference was run again, alone, %d time(s) on every kubelet: %d reproduced, %d did not (timing on this machine, not a kubelet).\n\n",
+			len(rc.Runs[cmp.Kubelets[0]]), len(rc.Reproduced), len(rc.NotReproduced))
+	}
+	reproduced := map[string]bool{}
+	if rc != nil {
+		for _, t := range rc.Reproduced {
+			reproduced[t] = true
+		}
+	}
 	for _, t := range cmp.Differences {
 		fmt.Fprintf(w, "- %s:", t)
 		for i, k := range cmp.Kubelets {
 			fmt.Fprintf(w, " %s %s;", k, cmp.Columns[t][i])
+		}
+		if rc != nil {
+			fmt.Fprintf(w, " recheck:")
+			for _, k := range cmp.Kubelets {
+				col := summarise(rc.Runs[k], t)
+				fmt.Fprintf(w, " %s %s", k, col)
+				if len(col.reasons) > 0 {
+					fmt.Fprintf(w, " (%s)", strings.Join(col.reasons, " / "))
+				}
+				fmt.Fprintf(w, ";")
+			}
+			if reproduced[t] {
+				fmt.Fprintf(w, " **reproduced**")
+			} else {
+				fmt.Fprintf(w, " did not reproduce")
+			}
 		}
 		fmt.Fprintln(w)
 	}

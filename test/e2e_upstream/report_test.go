@@ -91,7 +91,7 @@ func TestCompare(t *testing.T) {
 	}
 
 	var b strings.Builder
-	writeReport(&b, "title", cmp, runs, []string{"a note"})
+	writeReport(&b, "title", cmp, runs, nil, []string{"a note"})
 	for _, want := range []string{"| stock | 2 | 4 | 0 | 2 |", "| critlet | 2 | 3 | 1 | 2 |", "- [It] c: stock passed ×2; critlet passed ×1, failed ×1;", "- critlet: 1 ([It] c)", "| [It] b | skipped ×2 | skipped ×2 | no registry |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
@@ -104,11 +104,54 @@ func TestCompare(t *testing.T) {
 	}
 	// Agreement is enough for the conformance set; the critical set must pass.
 	res := map[string]Runs{"stock": {{"a": pass, "b": skip}}, "critlet": {{"a": pass, "b": skip}}}
-	if p := verdict(focusSets["conformance"], same, res); len(p) != 0 {
+	if p := verdict(focusSets["conformance"], same, res, nil); len(p) != 0 {
 		t.Errorf("conformance verdict on agreeing kubelets: %v", p)
 	}
-	if p := verdict(focusSets["critical"], same, res); len(p) != 2 {
+	if p := verdict(focusSets["critical"], same, res, nil); len(p) != 2 {
 		t.Errorf("critical verdict with a skip on each kubelet: %v, want both reported", p)
+	}
+}
+
+// A difference that the recheck runs do not show again is reported, and
+// does not fail the run; one they show again does.
+func TestRecheck(t *testing.T) {
+	pass, fail := Result{Outcome: Passed}, Result{Outcome: Failed, Reason: "timed out"}
+	kubelets := []string{"stock", "critlet"}
+	runs := map[string]Runs{
+		"stock":   {{"[It] slow": pass, "[It] broken": pass, "[It] same": pass}},
+		"critlet": {{"[It] slow": fail, "[It] broken": fail, "[It] same": pass}},
+	}
+	cmp := compare(kubelets, runs)
+	if got := rechecked(cmp); !reflect.DeepEqual(got, []string{"[It] broken", "[It] slow"}) {
+		t.Fatalf("rechecked %v", got)
+	}
+	again := map[string]Runs{
+		"stock":   {{"[It] slow": pass, "[It] broken": pass}, {"[It] slow": pass, "[It] broken": pass}},
+		"critlet": {{"[It] slow": pass, "[It] broken": fail}, {"[It] slow": pass, "[It] broken": fail}},
+	}
+	rc := recheck(cmp, again)
+	if !reflect.DeepEqual(rc.Reproduced, []string{"[It] broken"}) || !reflect.DeepEqual(rc.NotReproduced, []string{"[It] slow"}) {
+		t.Fatalf("reproduced %v, not %v", rc.Reproduced, rc.NotReproduced)
+	}
+	if p := verdict(focusSets["conformance"], cmp, runs, rc); !reflect.DeepEqual(p, []string{"kubelets differ on [It] broken"}) {
+		t.Errorf("verdict %v, want the reproduced difference only", p)
+	}
+	var b strings.Builder
+	writeReport(&b, "title", cmp, runs, rc, nil)
+	for _, want := range []string{"1 reproduced, 1 did not", "recheck: stock passed ×2; critlet failed ×2 (timed out); **reproduced**", "recheck: stock passed ×2; critlet passed ×2; did not reproduce"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// The focus for named tests matches their spec text without the labels
+// JUnit appends, quoted.
+func TestTestsFocus(t *testing.T) {
+	got := testsFocus([]string{"[It] [sig-node] Pods should (x) [NodeConformance] [sig-node, NodeConformance]", "[It] plain"})
+	want := `( \[sig-node\] Pods should \(x\) \[NodeConformance\]| plain)`
+	if got != want {
+		t.Errorf("testsFocus = %s, want %s", got, want)
 	}
 }
 

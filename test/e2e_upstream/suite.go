@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -59,10 +60,35 @@ func baseKubeletConfig() ([]byte, error) {
 	return b, nil
 }
 
+// pass is one run of the suite: its label in file names, the focus it
+// hands ginkgo and the tests whose results it reports.
+type pass struct {
+	label string
+	focus string
+	tests []string
+}
+
+// testsFocus is a ginkgo focus selecting exactly the named tests (and
+// perhaps a few whose text begins alike, whose results are dropped): the
+// JUnit name is "[It] " + the spec's text + " [" + its labels + "]", and
+// ginkgo matches the focus against the suite's description + " " + the
+// spec's text.
+func testsFocus(names []string) string {
+	var alts []string
+	for _, name := range names {
+		text := strings.TrimPrefix(name, "[It] ")
+		if i := strings.LastIndex(text, " ["); i > 0 && strings.HasSuffix(text, "]") {
+			text = text[:i]
+		}
+		alts = append(alts, regexp.QuoteMeta(" "+text))
+	}
+	return "(" + strings.Join(alts, "|") + ")"
+}
+
 // runSuite runs the suite once on kubelet k and returns its results. The
 // suite's own failures are results; an error means the run itself broke.
-func (r *runner) runSuite(ctx context.Context, n *localnode.Node, k kubelet, i int) (map[string]Result, error) {
-	dir := filepath.Join(r.state, "runs", fmt.Sprintf("%s-%d", k.name, i))
+func (r *runner) runSuite(ctx context.Context, n *localnode.Node, k kubelet, p pass) (map[string]Result, error) {
+	dir := filepath.Join(r.state, "runs", k.name+"-"+p.label)
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
@@ -90,7 +116,7 @@ func (r *runner) runSuite(ctx context.Context, n *localnode.Node, k kubelet, i i
 	if err := os.WriteFile(confPath, conf, 0o644); err != nil {
 		return nil, err
 	}
-	junit := filepath.Join(r.junitDir, fmt.Sprintf("%s-%d.xml", k.name, i))
+	junit := filepath.Join(r.junitDir, k.name+"-"+p.label+".xml")
 	if err := os.MkdirAll(filepath.Dir(junit), 0o755); err != nil {
 		return nil, err
 	}
@@ -102,7 +128,7 @@ func (r *runner) runSuite(ctx context.Context, n *localnode.Node, k kubelet, i i
 		"--kubelet-flags=" + strings.Join(suiteKubeletFlags, " "),
 		"--node-name=" + nodeName,
 	}
-	ginkgoArgs := []string{"focus=" + r.focus.focus, "no-color", "v", "timeout=" + r.focus.timeout.String(), "junit-report=" + junit}
+	ginkgoArgs := []string{"focus=" + p.focus, "no-color", "v", "timeout=" + r.focus.timeout.String(), "junit-report=" + junit}
 	if r.focus.skip != "" {
 		ginkgoArgs = append(ginkgoArgs, "skip="+r.focus.skip)
 	}
@@ -143,7 +169,7 @@ func (r *runner) runSuite(ctx context.Context, n *localnode.Node, k kubelet, i i
 	}
 	defer log.Close()
 	cmd.Stdout, cmd.Stderr = log, log
-	fmt.Fprintf(os.Stderr, "e2e-upstream: %s run %d: the suite's log is %s\n", k.name, i, logPath)
+	fmt.Fprintf(os.Stderr, "e2e-upstream: %s run %s: the suite's log is %s\n", k.name, p.label, logPath)
 	runErr := cmd.Run()
 	var exit *exec.ExitError
 	if runErr != nil && !errors.As(runErr, &exit) {
@@ -155,16 +181,25 @@ func (r *runner) runSuite(ctx context.Context, n *localnode.Node, k kubelet, i i
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("interrupted (log %s)", logPath)
 	}
-	results, err := readJUnit(junit)
+	all, err := readJUnit(junit)
 	if err != nil {
 		return nil, fmt.Errorf("%w (the suite exited: %v; log %s)", err, runErr, logPath)
 	}
-	// A selected test the report leaves out did not run, which is a failure
-	// (a failed suite setup skips every test).
-	for _, t := range r.selected {
-		if _, ok := results[t]; !ok {
-			results[t] = Result{Outcome: Failed, Reason: "did not run (see the suite's setup in " + logPath + ")"}
+	// The suite's set-up and tear-down nodes, and the pass's tests. A test
+	// of the pass the report leaves out did not run, which is a failure (a
+	// failed suite setup skips every test).
+	results := map[string]Result{}
+	for t, res := range all {
+		if !strings.HasPrefix(t, "[It] ") {
+			results[t] = res
 		}
+	}
+	for _, t := range p.tests {
+		res, ok := all[t]
+		if !ok {
+			res = Result{Outcome: Failed, Reason: "did not run (see the suite's setup in " + logPath + ")"}
+		}
+		results[t] = res
 	}
 	return results, nil
 }

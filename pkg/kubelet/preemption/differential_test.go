@@ -23,8 +23,10 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	kubeletmetrics "k8s.io/kubernetes/pkg/kubelet/metrics"
 	stock "k8s.io/kubernetes/pkg/kubelet/preemption"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
 )
 
 // outcome is everything one HandleAdmissionFailure call did.
@@ -201,6 +203,8 @@ func TestDifferentialAgainstStock(t *testing.T) {
 				}
 				killErrors := c%10 == 0
 				want := run(t, stockHandler, admitPod, pods, reasons, op, killErrors)
+				// Before compare, which sorts the kills of unordered runs.
+				checkPlan(t, c, admitPod, pods, reasons, op, want)
 				// One victim at a time, everything in the stock order; then
 				// the default settings, victims terminated concurrently.
 				if err := compare(want, run(t, critletHandler(options.Upstream()), admitPod, pods, reasons, op, killErrors), true); err != nil {
@@ -225,5 +229,26 @@ func TestDifferentialAgainstStock(t *testing.T) {
 				t.Fatalf("generator too narrow: %d preempted, %d refused, %d passed through, %d log lines", withVictims, refused, passedThrough, killLines)
 			}
 		})
+	}
+}
+
+// checkPlan checks that Plan, critlet-explain's answer, names the pods the
+// stock kubelet killed, in its order, and refuses where it refused.
+func checkPlan(t *testing.T, c int, admitPod *v1.Pod, pods []*v1.Pod, reasons []lifecycle.PredicateFailureReason, op lifecycle.Operation, want outcome) {
+	t.Helper()
+	reqs, other := Shortfall(reasons)
+	if !kubetypes.IsCriticalPod(admitPod) || op != lifecycle.AddOperation || len(other) > 0 || len(reqs) == 0 {
+		return
+	}
+	planned, err := Plan(victims.PolicyUpstream, admitPod, pods, reqs)
+	var got, killed []string
+	for _, p := range planned {
+		got = append(got, string(p.UID))
+	}
+	for _, k := range want.kills {
+		killed = append(killed, k.uid)
+	}
+	if (err != nil) != (want.err != "") || !slices.Equal(got, killed) {
+		t.Fatalf("case %d: Plan %v (err %v), the stock kubelet killed %v (err %q)", c, got, err, killed, want.err)
 	}
 }

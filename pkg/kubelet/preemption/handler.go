@@ -20,7 +20,6 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
-	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
 )
 
 // CriticalPodAdmissionHandler is a lifecycle.AdmissionFailureHandler. When a
@@ -69,15 +68,7 @@ func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context
 	if operation == lifecycle.ResizeOperation && utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScalingSchedulerPreemption) {
 		return failureReasons, nil
 	}
-	var other []lifecycle.PredicateFailureReason
-	var reqs []victims.Requirement
-	for _, reason := range failureReasons {
-		if r, ok := reason.(*lifecycle.InsufficientResourceError); ok {
-			reqs = append(reqs, victims.Requirement{Resource: string(r.ResourceName), Quantity: r.GetInsufficientAmount()})
-		} else {
-			other = append(other, reason)
-		}
-	}
+	reqs, other := Shortfall(failureReasons)
 	if len(other) > 0 {
 		// Only resource shortfalls can be fixed by preemption; report the rest.
 		return other, nil
@@ -90,5 +81,11 @@ func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context
 func (c *CriticalPodAdmissionHandler) refuse(admitPod *v1.Pod, err error) error {
 	c.recorder.Eventf(admitPod, v1.EventTypeWarning, reasonPreemptionImpossible,
 		"Preempting pods cannot make room (policy %s): %v", c.opts.Policy, err)
+	return Refusal(err)
+}
+
+// Refusal is the error the handler returns when no set of pods can make
+// room, worded as the stock kubelet's: admission puts it in the pod's status.
+func Refusal(err error) error {
 	return fmt.Errorf("preemption: error finding a set of pods to preempt: %w", err)
 }

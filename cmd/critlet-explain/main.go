@@ -1,0 +1,210 @@
+// Command critlet-explain says what a node's kubelet would do to admit a
+// critical pod: whether it fits, what it lacks, and which pods critical-pod
+// preemption would take under each policy, and why.
+//
+//	critlet-explain --node NAME --pod pod.yaml [--kubeconfig FILE]
+//	critlet-explain --node-file node.yaml --pods-file pods.yaml --pod pod.yaml
+//
+// Exit status: 0 the pod fits, 1 admitted after preemption, 2 rejected,
+// 3 bad input.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/critlet/critlet/internal/explain"
+	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+)
+
+const exitBadInput = 3
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type flags struct {
+	kubeconfig, node, nodeFile, podsFile, pod, policy, output string
+	static                                                    bool
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var f flags
+	fs := pflag.NewFlagSet("critlet-explain", pflag.ContinueOnError)
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&f.node, "node", "", "the node, read live from the API server")
+	fs.StringVar(&f.nodeFile, "node-file", "", "the node offline, as kubectl get node -o yaml|json writes it")
+	fs.StringVar(&f.podsFile, "pods-file", "", "the pods offline, as kubectl get pods -A -o yaml|json writes them (pods of other nodes are ignored)")
+	fs.StringVar(&f.pod, "pod", "", "the pod's manifest, as written for kubectl apply; - reads standard input")
+	fs.BoolVar(&f.static, "static", false, "the pod is a static pod (critical whatever its priority)")
+	fs.StringVar(&f.policy, "policy", "", "plan with this policy only: "+policyNames()+" (default: each)")
+	fs.StringVarP(&f.output, "output", "o", "text", "output format: "+strings.Join(explain.Formats, ", "))
+	// pflag would print usage after every error; errors stay one line here.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(stdout, "Usage of critlet-explain (exit status: 0 fits, 1 admitted after preemption, 2 rejected, 3 bad input):\n%s", fs.FlagUsages())
+			return 0
+		}
+		fmt.Fprintf(stderr, "critlet-explain: %s (see --help)\n", oneLine(err.Error()))
+		return exitBadInput
+	}
+	ex, err := explainPod(ctx, f, stdin)
+	if err == nil {
+		err = explain.Print(stdout, ex, f.output)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "critlet-explain: %s\n", oneLine(err.Error()))
+		return exitBadInput
+	}
+	return ex.Verdict.ExitCode()
+}
+
+func explainPod(ctx context.Context, f flags, stdin io.Reader) (*explain.Explanation, error) {
+	if fs := f.output; fs != "text" && fs != "json" && fs != "yaml" {
+		return nil, fmt.Errorf("--output: unknown format %q: want one of %s", fs, strings.Join(explain.Formats, ", "))
+	}
+	offline := f.nodeFile != "" || f.podsFile != ""
+	switch {
+	case f.pod == "":
+		return nil, errors.New("--pod is required")
+	case offline && (f.nodeFile == "" || f.podsFile == ""):
+		return nil, errors.New("offline, both --node-file and --pods-file are required")
+	case offline && (f.node != "" || f.kubeconfig != ""):
+		return nil, errors.New("--node-file and --pods-file read the node offline: drop --node and --kubeconfig")
+	case !offline && f.node == "":
+		return nil, errors.New("--node (live) or --node-file and --pods-file (offline) is required")
+	}
+	policies := victims.Policies
+	if f.policy != "" {
+		p, err := victims.ParsePolicy(f.policy)
+		if err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+		policies = []victims.Policy{p}
+	}
+	podData, err := readInput(f.pod, stdin)
+	if err != nil {
+		return nil, err
+	}
+	pod, err := explain.DecodePod(podData)
+	if err != nil {
+		return nil, fmt.Errorf("--pod %s: %w", f.pod, err)
+	}
+	in := explain.Input{Pod: pod, Static: f.static, Policies: policies}
+	var lookup explain.ClassLookup
+	if offline {
+		if in.Node, in.Pods, err = readOffline(f.nodeFile, f.podsFile); err != nil {
+			return nil, err
+		}
+	} else {
+		client, err := clientFor(f.kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		live := explain.Live{Client: client}
+		if in.Node, err = live.Node(ctx, f.node); err != nil {
+			return nil, err
+		}
+		if in.Pods, err = live.Pods(ctx, f.node); err != nil {
+			return nil, err
+		}
+		lookup = live.Class
+	}
+	if err := explain.ResolvePriority(ctx, pod, lookup); err != nil {
+		return nil, err
+	}
+	// The kubelet's predicate logs its refusals; here they are the output.
+	return explain.Explain(klog.NewContext(ctx, logr.Discard()), in)
+}
+
+func readOffline(nodeFile, podsFile string) (*v1.Node, []*v1.Pod, error) {
+	data, err := readInput(nodeFile, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	node, err := explain.DecodeNode(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--node-file %s: %w", nodeFile, err)
+	}
+	if data, err = readInput(podsFile, nil); err != nil {
+		return nil, nil, err
+	}
+	pods, err := explain.DecodePods(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--pods-file %s: %w", podsFile, err)
+	}
+	return node, pods, nil
+}
+
+// readInput reads a file, or stdin for "-" where stdin is offered.
+func readInput(path string, stdin io.Reader) ([]byte, error) {
+	if path == "-" {
+		if stdin == nil {
+			return nil, errors.New("only --pod can be read from standard input")
+		}
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading standard input: %w", err)
+		}
+		return b, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// clientFor connects as --kubeconfig says; without it in-cluster, else
+// through the usual kubeconfig rules ($KUBECONFIG, ~/.kube/config).
+func clientFor(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	}
+	if kubeconfig != "" || errors.Is(err, rest.ErrNotInCluster) {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = kubeconfig
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the API server: %w", err)
+	}
+	cfg.UserAgent = "critlet-explain"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the API server: %w", err)
+	}
+	return client, nil
+}
+
+func policyNames() string {
+	names := make([]string, len(victims.Policies))
+	for i, p := range victims.Policies {
+		names[i] = string(p)
+	}
+	return strings.Join(names, ", ")
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

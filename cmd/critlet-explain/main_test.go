@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const testdata = "../../internal/explain/testdata"
+
+func explainCmd(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func offline(args ...string) []string {
+	return append([]string{"--node-file", filepath.Join(testdata, "node.yaml"), "--pods-file", filepath.Join(testdata, "pods.yaml")}, args...)
+}
+
+// The agent of testdata lacks 300m cpu (see internal/explain's tests for
+// the reasoning): exit 1, the shortfall and each policy's table.
+func TestTable(t *testing.T) {
+	code, out, errOut := explainCmd(t, "", offline("--pod", filepath.Join(testdata, "agent.yaml"))...)
+	if code != 1 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q; want 1 and nothing", code, errOut)
+	}
+	t.Logf("\n%s", out)
+	for _, want := range []string{
+		"Pod kube-system/agent, priority 2000001000 (system-node-critical), on node worker-1 beside 5 active pods.",
+		"Verdict: admitted after preemption",
+		"SHORTFALL   MISSING   REQUESTED   USED    CAPACITY\ncpu         300m      1500m       2800m   4",
+		"Policy upstream: 1 victim(s), in the order they are terminated; they free cpu 1.\nVICTIM        NAMESPACE   QOS         PRIORITY   CPU   MEMORY\nburst-large   shop        Burstable   1000       1     1Gi\n",
+		"Policy priority: 1 victim(s), in the order they are terminated; they free cpu 1500m.\nVICTIM   NAMESPACE   QOS          PRIORITY   CPU     MEMORY\nguar-1   shop        Guaranteed   0          1500m   2Gi\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+func TestOutputFormatsAndStdin(t *testing.T) {
+	manifest, err := os.ReadFile(filepath.Join(testdata, "agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for format, want := range map[string]string{
+		"json": `"apiVersion": "explain.critlet.io/v1"`,
+		"yaml": "verdict: AdmittedAfterPreemption",
+	} {
+		code, out, errOut := explainCmd(t, string(manifest), offline("--pod", "-", "--policy", "upstream", "-o", format)...)
+		if code != 1 || !strings.Contains(out, want) || strings.Contains(out, "priority\n") {
+			t.Errorf("-o %s: exit %d, stderr %q, output:\n%s", format, code, errOut, out)
+		}
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	agent := func(cpu string) string {
+		return write("agent-"+cpu+".yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: agent, namespace: kube-system}\nspec:\n  priorityClassName: system-node-critical\n  containers: [{name: a, image: a, resources: {requests: {cpu: \""+cpu+"\"}}}]\n")
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		code int
+		// stderr holds this, on one line; empty for a verdict.
+		stderr string
+	}{
+		"fits":                     {offline("--pod", agent("1")), 0, ""},
+		"rejected":                 {offline("--pod", agent("5")), 2, ""},
+		"unreadable pod file":      {offline("--pod", filepath.Join(dir, "absent.yaml")), 3, "absent.yaml: no such file or directory"},
+		"malformed quantity":       {offline("--pod", agent("2 cores")), 3, "quantities must match the regular expression"},
+		"wrong kind":               {[]string{"--node-file", filepath.Join(testdata, "agent.yaml"), "--pods-file", filepath.Join(testdata, "pods.yaml"), "--pod", agent("1")}, 3, "found a Pod, want a Node"},
+		"not critical":             {offline("--pod", write("plain.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: a, image: a}]}\n")), 3, "pod default/web is not critical"},
+		"unknown class offline":    {offline("--pod", write("gold.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {priorityClassName: gold, containers: [{name: a, image: a}]}\n")), 3, `priority class "gold" is not a system class`},
+		"unknown policy":           {offline("--pod", agent("1"), "--policy", "cheapest"), 3, `unknown preemption policy "cheapest"`},
+		"unknown format":           {offline("--pod", agent("1"), "-o", "wide"), 3, `unknown format "wide"`},
+		"no pod":                   {offline(), 3, "--pod is required"},
+		"half offline":             {[]string{"--node-file", "x", "--pod", agent("1")}, 3, "both --node-file and --pods-file"},
+		"no node":                  {[]string{"--pod", agent("1")}, 3, "--node (live)"},
+		"unknown flag":             {[]string{"--nodes", "x"}, 3, "unknown flag: --nodes"},
+		"stdin for the node":       {[]string{"--node-file", "-", "--pods-file", "-", "--pod", agent("1")}, 3, "only --pod can be read from standard input"},
+		"static pod without class": {offline("--static", "--pod", write("static.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: etcd, namespace: kube-system}\nspec: {containers: [{name: a, image: a, resources: {requests: {cpu: 1500m}}}]}\n")), 1, ""},
+		"unreachable API server":   {[]string{"--kubeconfig", write("kubeconfig", "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: t}}]\n"), "--node", "n", "--pod", agent("1")}, 3, "reading node n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, _, errOut := explainCmd(t, "", tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", code, tc.code, errOut)
+			}
+			if tc.stderr == "" {
+				if errOut != "" {
+					t.Errorf("stderr %q, want nothing", errOut)
+				}
+				return
+			}
+			if !strings.Contains(errOut, tc.stderr) || strings.Count(strings.TrimRight(errOut, "\n"), "\n") > 0 {
+				t.Errorf("stderr %q, want one line holding %q", errOut, tc.stderr)
+			}
+		})
+	}
+}
