@@ -71,10 +71,16 @@ test: test-unit test-build test-e2e-node test-e2e-upstream
 
 # -trimpath, as the kubelet builds use, lets tests and builds share compiled
 # dependencies in Go's cache.
-test-unit: test-deps
+# containerd (node-deps) is needed by a unit test too; under make test no
+# test may skip for a tool the project installs (internal/testenv).
+test-unit: export CRITLET_TEST_NO_SKIP := 1
+test-unit: test-deps node-deps
 	go vet -trimpath ./...
 	go vet -trimpath -tags e2enode ./test/e2e_node/...
-	go test -trimpath ./...
+	mkdir -p _output
+	go test -trimpath -v ./... > _output/test-unit.log 2>&1 || { cat _output/test-unit.log; exit 1; }
+	grep -E '^(ok|FAIL|\?) ' _output/test-unit.log
+	if grep -- '--- SKIP' _output/test-unit.log; then echo "test-unit: the tests above skipped; under make test every test must run" >&2; exit 1; fi
 	# The race detector on the pure packages, and on the handler's concurrent
 	# termination (race-compiling its kubelet dependencies costs about ten
 	# minutes once, then comes from the cache).

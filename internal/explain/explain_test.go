@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
@@ -96,7 +97,9 @@ func TestExplainFixtures(t *testing.T) {
 	tests := []struct {
 		name, pod string
 		static    bool
-		want      want
+		// maxPods, when set, replaces the node's allocatable pods.
+		maxPods string
+		want    want
 	}{{
 		// cpu 1500m against 1200m free: 300m short. Upstream spares the
 		// Guaranteed pod (the Burstable ones hold 1200m) and takes, within
@@ -187,9 +190,46 @@ spec:
 			upstream:  []string{"shop/burst-large"},
 			priority:  []string{"shop/guar-1"},
 		},
+	}, {
+		// Five active pods on a node for five: the pods count is short by
+		// one, and every pod frees one. Upstream takes BestEffort pods first
+		// where they cover the need: be-1. The priority policy's
+		// priority-0 pods include be-1 too.
+		name:    "pods count",
+		pod:     agent("{cpu: 100m}"),
+		maxPods: "5",
+		want: want{
+			verdict:   AdmittedAfterPreemption,
+			shortfall: []Shortage{{Resource: "pods", Missing: 1, Requested: 1, Used: 5, Capacity: 5}},
+			upstream:  []string{"default/be-1"},
+			priority:  []string{"default/be-1"},
+		},
+	}, {
+		// Pod-level resources (on by default in this release) stand for the
+		// containers': the same shortfall and victims as the agent above.
+		name: "pod-level resources",
+		pod: `
+apiVersion: v1
+kind: Pod
+metadata: {name: agent, namespace: kube-system}
+spec:
+  priorityClassName: system-node-critical
+  resources: {requests: {cpu: 1500m, memory: 512Mi}}
+  containers: [{name: agent, image: registry.example/agent:2}]
+`,
+		want: want{
+			verdict:   AdmittedAfterPreemption,
+			shortfall: []Shortage{{Resource: "cpu", Missing: 300, Requested: 1500, Used: 2800, Capacity: 4000}},
+			upstream:  []string{"shop/burst-large"},
+			priority:  []string{"shop/guar-1"},
+		},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			node := node.DeepCopy()
+			if tc.maxPods != "" {
+				node.Status.Allocatable[v1.ResourcePods] = resource.MustParse(tc.maxPods)
+			}
 			ex, err := Explain(context.Background(), Input{Node: node, Pods: pods, Pod: podFrom(t, tc.pod), Static: tc.static, Policies: victims.Policies})
 			if err != nil {
 				t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/critlet/critlet/internal/localnode/pki"
 	"github.com/critlet/critlet/internal/localnode/process"
+	"github.com/critlet/critlet/internal/testenv"
 )
 
 func testNode(t *testing.T) *Node {
@@ -84,11 +85,11 @@ func TestKubeletConfigIsValid(t *testing.T) {
 }
 
 // containerd must accept its generated configuration, runtime handlers
-// included. Skipped where containerd is not installed.
+// included. Skipped where containerd is not installed, except under make
+// test, which installs it first.
 func TestContainerdConfigLoads(t *testing.T) {
-	if _, err := exec.LookPath("containerd"); err != nil {
-		t.Skip("containerd is not installed")
-	}
+	_, err := exec.LookPath("containerd")
+	testenv.Need(t, "containerd (hack/install-node-deps.sh)", err)
 	n := testNode(t)
 	conf := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(conf, []byte(n.renderContainerdConfig()), 0o644); err != nil {

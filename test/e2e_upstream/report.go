@@ -138,6 +138,31 @@ func rechecked(cmp Comparison) []string {
 	return out
 }
 
+// machineFailures returns, for each test that passed in no run on any
+// kubelet, the cause that explains it ("" for none), from its reasons.
+func machineFailures(cmp Comparison, runs map[string]Runs) map[string]string {
+	out := map[string]string{}
+	for _, t := range cmp.Tests {
+		if !strings.HasPrefix(t, "[It] ") {
+			continue
+		}
+		var reasons []string
+		passed := false
+		for _, k := range cmp.Kubelets {
+			for _, run := range runs[k] {
+				if r, ok := run[t]; ok {
+					passed = passed || r.Outcome == Passed
+					reasons = append(reasons, r.Reason)
+				}
+			}
+		}
+		if !passed {
+			out[t] = causeOf(t, strings.Join(reasons, "\n"))
+		}
+	}
+	return out
+}
+
 // totals counts the tests' outcomes over all of a kubelet's runs; the
 // suite's set-up and tear-down nodes are in the table, not in the totals.
 func totals(runs Runs) map[Outcome]int {
@@ -201,6 +226,28 @@ func writeReport(w io.Writer, title string, cmp Comparison, runs map[string]Runs
 		}
 		fmt.Fprintln(w)
 	}
+	machine := machineFailures(cmp, runs)
+	fmt.Fprintf(w, "\n## Failures and skips on every kubelet, by cause\n\n")
+	byCause := map[string]int{}
+	var unexplained []string
+	for t, c := range machine {
+		if c == "" {
+			unexplained = append(unexplained, t)
+		}
+		byCause[c]++
+	}
+	if len(machine) == 0 {
+		fmt.Fprintf(w, "None: every test passed on some kubelet.\n")
+	}
+	for _, c := range causes {
+		if n := byCause[c.why]; n > 0 {
+			fmt.Fprintf(w, "- %d: %s\n", n, c.why)
+		}
+	}
+	sort.Strings(unexplained)
+	if len(unexplained) > 0 {
+		fmt.Fprintf(w, "- %d UNEXPLAINED: %s\n", len(unexplained), strings.Join(unexplained, "; "))
+	}
 	fmt.Fprintf(w, "\n## Flakes (a test whose runs on one kubelet did not all end alike)\n\n")
 	for _, k := range cmp.Kubelets {
 		fmt.Fprintf(w, "- %s: %d", k, len(cmp.Flakes[k]))
@@ -209,7 +256,7 @@ func writeReport(w io.Writer, title string, cmp Comparison, runs map[string]Runs
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "\n## Tests\n\n| test | %s | reason (failure or skip) |\n|---|%s---|\n", strings.Join(cmp.Kubelets, " | "), strings.Repeat("---|", len(cmp.Kubelets)))
+	fmt.Fprintf(w, "\n## Tests\n\n| test | %s | reason (failure or skip) | cause on this machine |\n|---|%s---|---|\n", strings.Join(cmp.Kubelets, " | "), strings.Repeat("---|", len(cmp.Kubelets)))
 	for _, t := range cmp.Tests {
 		cells := []string{cell(t)}
 		var reasons []string
@@ -223,7 +270,7 @@ func writeReport(w io.Writer, title string, cmp Comparison, runs map[string]Runs
 				}
 			}
 		}
-		cells = append(cells, cell(strings.Join(reasons, " / ")))
+		cells = append(cells, cell(strings.Join(reasons, " / ")), cell(machine[t]))
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
 }
