@@ -76,7 +76,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			c.NodeName, c.Kubelet, c.KubeletFlags, n.AdminKubeconfig(), filepath.Dir(c.LogFile(localnode.Kubelet)), n.AdminKubeconfig(), c.NodeName)
 		return 0
 	case "down":
-		if err := localnode.Down(cfg); err != nil {
+		err := localnode.Down(cfg)
+		if errors.Is(err, localnode.ErrNotANode) {
+			fmt.Fprintf(stdout, "local-node down: %v\n", err)
+			return 0
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "local-node down: %v\n", err)
 			return 1
 		}

@@ -20,7 +20,7 @@ func TestRun(t *testing.T) {
 		{"bad flag", []string{"up", "-no-such-flag"}, 2, "", "flag provided but not defined"},
 		{"negative max pods", []string{"up", "-state", state, "-max-pods", "-1"}, 2, "", "--max-pods must not be negative"},
 		{"status of nothing", []string{"status", "-state", state}, 0, "kube-apiserver  not started", ""},
-		{"down of nothing", []string{"down", "-state", state}, 0, "stopped and removed", ""},
+		{"down of nothing", []string{"down", "-state", state}, 0, "not a local node's state directory: nothing done", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -84,6 +84,9 @@ func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, l: layout{cfg.StateDir}}
+	if err := checkStateDir(cfg.StateDir); err != nil {
+		return nil, err
+	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the local node needs root: it runs containerd, mounts in a private namespace and manages cgroups (run as root, e.g. with sudo)")
 	}
@@ -266,8 +269,9 @@ func (n *Node) checkHostFree() error {
 // those resources too, also removes it.
 const ownerFile = "/run/critlet-local-node.owner"
 
-// markerFile marks a state directory as a node's: Down removes nothing
-// from a directory without it.
+// markerFile marks a state directory as a node's: Up claims no non-empty
+// directory, and Down touches none, without it. It stays after Down, with
+// the logs.
 const markerFile = ".critlet-local-node"
 
 func hostOwner() string {
@@ -281,7 +285,7 @@ func hostOwner() string {
 // claim marks the state directory as a node's and the host's fixed-name
 // resources as this node's.
 func (n *Node) claim() error {
-	if err := os.WriteFile(n.l.path(markerFile), []byte("critlet local node state; remove with local-node down\n"), 0o644); err != nil {
+	if err := os.WriteFile(n.l.path(markerFile), []byte("critlet local node state directory (local-node up and down; down keeps the logs and this file)\n"), 0o644); err != nil {
 		return fmt.Errorf("marking the state directory: %w", err)
 	}
 	if err := os.WriteFile(ownerFile, []byte(n.cfg.StateDir+"\n"), 0o644); err != nil {

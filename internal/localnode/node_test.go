@@ -233,7 +233,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 // Down removes nothing from a directory no node has claimed, such as a
-// mistyped state directory.
+// mistyped state directory, and says so.
 func TestDownLeavesUnclaimedDirectories(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"run", "etcd", "kubelet", "precious"} {
@@ -241,8 +241,8 @@ func TestDownLeavesUnclaimedDirectories(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := Down(Config{StateDir: dir}); err != nil {
-		t.Fatal(err)
+	if err := Down(Config{StateDir: dir}); err == nil || !strings.Contains(err.Error(), "no local node created it") {
+		t.Fatalf("Down of an unclaimed directory: %v", err)
 	}
 	for _, name := range []string{"run", "etcd", "kubelet", "precious"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {

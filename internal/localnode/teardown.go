@@ -31,8 +31,11 @@ func Down(cfg Config) error {
 	n := &Node{cfg: cfg, l: layout{cfg.StateDir}}
 	// Only a directory a node has claimed is touched: a mistyped state
 	// directory must not lose its contents.
-	if _, err := os.Stat(n.l.path(markerFile)); errors.Is(err, fs.ErrNotExist) {
-		return nil
+	if err := checkStateDir(cfg.StateDir); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(n.l.path(markerFile)); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %w", cfg.StateDir, ErrNotANode)
 	}
 	// The fixed-name host resources belong to whichever node claimed them
 	// last; another node's are left alone.
@@ -83,8 +86,9 @@ func Down(cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// stateEntries are what Up creates in the state directory, besides logs.
-var stateEntries = []string{"run", "pki", "etcd", "apiserver", "containerd", "cni", "images", "kubelet", "mounts", "sysctl", "host-dirs", markerFile}
+// stateEntries are what Up creates in the state directory, besides logs
+// and the marker, which stay: the directory remains the node's.
+var stateEntries = []string{"run", "pki", "etcd", "apiserver", "containerd", "cni", "images", "kubelet", "mounts", "sysctl", "host-dirs"}
 
 func deleteBridge() error {
 	// Without ip(8) Up never started, so there is no bridge.
