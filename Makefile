@@ -30,6 +30,9 @@ SHELL := /usr/bin/env bash
 KUBELET ?= _output/bin/kubelet
 KUBELET_FLAGS ?=
 STATE_DIR ?= _output/local-node
+# Paths reach the recipes through the environment, never pasted into shell
+# text: a space or a quote in them stays part of the path.
+export STATE_DIR KUBELET
 
 all: kubelet critlet-explain
 
@@ -59,13 +62,13 @@ node-deps:
 	hack/install-node-deps.sh
 
 local-up: node-deps control-plane node-tools $(if $(filter _output/bin/kubelet-stock,$(KUBELET)),kubelet-stock,kubelet)
-	_output/bin/local-node up -state $(STATE_DIR) -kubelet $(KUBELET) -- $(KUBELET_FLAGS)
+	_output/bin/local-node up -state "$$STATE_DIR" -kubelet "$$KUBELET" -- $(KUBELET_FLAGS)
 
 local-down: node-tools
-	_output/bin/local-node down -state $(STATE_DIR)
+	_output/bin/local-node down -state "$$STATE_DIR"
 
 local-status: node-tools
-	_output/bin/local-node status -state $(STATE_DIR)
+	_output/bin/local-node status -state "$$STATE_DIR"
 
 test: test-unit test-build test-e2e-node test-e2e-upstream
 
@@ -108,7 +111,7 @@ test-build: kubelet kubelet-stock
 # covers a run killed by its timeout. The table is in _output/e2e-node-report.md.
 E2E_STATE := _output/e2e-node
 test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain
-	status=0; go test -trimpath -tags e2enode -count=1 -timeout 90m -v ./test/e2e_node/ -args -state $(CURDIR)/$(E2E_STATE) || status=$$?; \
+	status=0; go test -trimpath -tags e2enode -count=1 -timeout 90m -v ./test/e2e_node/ -args -state "$$PWD/$(E2E_STATE)" || status=$$?; \
 	_output/bin/local-node down -state $(E2E_STATE) >/dev/null || status=1; exit $$status
 
 # Upstream's own node e2e suite, compiled unmodified from the pinned module,
@@ -132,8 +135,8 @@ test-e2e-upstream-conformance: node-deps node-tools kubelet kubelet-stock e2e-up
 	_output/bin/local-node down -state $(UPSTREAM_STATE)/node >/dev/null || status=1; exit $$status
 
 clean:
-	for d in $(STATE_DIR) $(E2E_STATE) $(UPSTREAM_STATE)/node; do \
-		if [[ -e $$d/.critlet-local-node ]]; then _output/bin/local-node down -state $$d; fi; \
+	for d in "$$STATE_DIR" $(E2E_STATE) $(UPSTREAM_STATE)/node; do \
+		if [[ -e "$$d/.critlet-local-node" ]]; then _output/bin/local-node down -state "$$d"; fi; \
 	done
 	if [[ -d _output ]]; then chmod -R u+w _output; fi
 	rm -rf _output

@@ -49,11 +49,19 @@ var components = []string{Etcd, APIServer, Containerd, Kubelet}
 // Up starts the whole node and waits until it is Ready. A node already
 // running under cfg.StateDir is left as it is if every component is alive;
 // otherwise its remains are removed first.
-func Up(ctx context.Context, cfg Config) (*Node, error) {
+func Up(ctx context.Context, cfg Config) (n *Node, err error) {
+	err = withHostLock(func() error {
+		n, err = up(ctx, cfg)
+		return err
+	})
+	return n, err
+}
+
+func up(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.RuntimeOnly {
 		return nil, errors.New("a RuntimeOnly node has no control plane for a kubelet of its own: start it with UpRuntime")
 	}
-	n, err := UpRuntime(ctx, cfg)
+	n, err := upRuntime(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +86,15 @@ func Up(ctx context.Context, cfg Config) (*Node, error) {
 
 // UpRuntime starts everything but the kubelet: etcd, kube-apiserver and
 // containerd, or containerd alone for a RuntimeOnly node.
-func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
+func UpRuntime(ctx context.Context, cfg Config) (n *Node, err error) {
+	err = withHostLock(func() error {
+		n, err = upRuntime(ctx, cfg)
+		return err
+	})
+	return n, err
+}
+
+func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -107,7 +123,7 @@ func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
 		// afresh.
 		fmt.Fprintf(os.Stderr, "local node: removing the remains of an earlier run in %s (running: %s; dead: %s)\n",
 			cfg.StateDir, listOrNone(alive), listOrNone(stale))
-		if err := Down(cfg); err != nil {
+		if err := down(cfg); err != nil {
 			return nil, fmt.Errorf("clearing the earlier run: %w", err)
 		}
 		alive = nil

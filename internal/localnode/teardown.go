@@ -24,6 +24,10 @@ import (
 // on after a failed step, so that one stuck piece does not leave the rest
 // behind, and reports every failure.
 func Down(cfg Config) error {
+	return withHostLock(func() error { return down(cfg) })
+}
+
+func down(cfg Config) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
