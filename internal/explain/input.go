@@ -19,14 +19,7 @@ import (
 
 // DecodeNode decodes one Node, or a list holding exactly one.
 func DecodeNode(data []byte) (*v1.Node, error) {
-	nodes, err := decodeAll[v1.Node](data, "Node")
-	if err != nil {
-		return nil, err
-	}
-	if len(nodes) != 1 {
-		return nil, inputErrorf("want exactly one Node, found %d", len(nodes))
-	}
-	return nodes[0], nil
+	return decodeOne[v1.Node](data, "Node")
 }
 
 // DecodePods decodes a Pod, a PodList or a List of Pods.
@@ -37,17 +30,25 @@ func DecodePods(data []byte) ([]*v1.Pod, error) {
 // DecodePod decodes the one Pod of a manifest. Without a namespace it is
 // in default, where kubectl apply puts it under the default context.
 func DecodePod(data []byte) (*v1.Pod, error) {
-	pods, err := decodeAll[v1.Pod](data, "Pod")
+	pod, err := decodeOne[v1.Pod](data, "Pod")
 	if err != nil {
 		return nil, err
 	}
-	if len(pods) != 1 {
-		return nil, inputErrorf("want exactly one Pod, found %d", len(pods))
+	if pod.Namespace == "" {
+		pod.Namespace = v1.NamespaceDefault
 	}
-	if pods[0].Namespace == "" {
-		pods[0].Namespace = v1.NamespaceDefault
+	return pod, nil
+}
+
+func decodeOne[T any](data []byte, kind string) (*T, error) {
+	objs, err := decodeAll[T](data, kind)
+	if err != nil {
+		return nil, err
 	}
-	return pods[0], nil
+	if len(objs) != 1 {
+		return nil, inputErrorf("want exactly one %s, found %d", kind, len(objs))
+	}
+	return objs[0], nil
 }
 
 // object is what a core/v1 object or list decodes into: the object's own
