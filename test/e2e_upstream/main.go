@@ -225,6 +225,13 @@ func loadJUnits(dir string, kubelets []kubelet, runs, rechecks int) (map[string]
 		}
 	}
 	notes := []string{fmt.Sprintf("Rendered from the JUnit reports in %s (%d run(s) per kubelet).", dir, runs)}
+	for _, k := range kubelets {
+		out, err := exec.Command(k.binary, "--version").Output()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s --version: %w", k.binary, err)
+		}
+		notes = append(notes, fmt.Sprintf("%s: %s (%s now; the reports do not say which build ran)", k.name, k.binary, strings.TrimSpace(string(out))))
+	}
 	if _, err := os.Stat(filepath.Join(dir, kubelets[0].name+"-recheck-1.xml")); err != nil || rechecks == 0 {
 		return res, nil, notes, nil
 	}
