@@ -46,3 +46,14 @@ func withHostLock(fn func() error) error {
 	// Closing the file releases the lock.
 	return fn()
 }
+
+// lockedUp runs a start-up under the host lock.
+func lockedUp(start func() (*Node, error)) (*Node, error) {
+	var n *Node
+	err := withHostLock(func() error {
+		var err error
+		n, err = start()
+		return err
+	})
+	return n, err
+}

@@ -49,12 +49,8 @@ var components = []string{Etcd, APIServer, Containerd, Kubelet}
 // Up starts the whole node and waits until it is Ready. A node already
 // running under cfg.StateDir is left as it is if every component is alive;
 // otherwise its remains are removed first.
-func Up(ctx context.Context, cfg Config) (n *Node, err error) {
-	err = withHostLock(func() error {
-		n, err = up(ctx, cfg)
-		return err
-	})
-	return n, err
+func Up(ctx context.Context, cfg Config) (*Node, error) {
+	return lockedUp(func() (*Node, error) { return up(ctx, cfg) })
 }
 
 func up(ctx context.Context, cfg Config) (*Node, error) {
@@ -86,12 +82,8 @@ func up(ctx context.Context, cfg Config) (*Node, error) {
 
 // UpRuntime starts everything but the kubelet: etcd, kube-apiserver and
 // containerd, or containerd alone for a RuntimeOnly node.
-func UpRuntime(ctx context.Context, cfg Config) (n *Node, err error) {
-	err = withHostLock(func() error {
-		n, err = upRuntime(ctx, cfg)
-		return err
-	})
-	return n, err
+func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
+	return lockedUp(func() (*Node, error) { return upRuntime(ctx, cfg) })
 }
 
 func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
