@@ -111,7 +111,7 @@ test-build: kubelet kubelet-stock
 # covers a run killed by its timeout. The table is in _output/e2e-node-report.md.
 E2E_STATE := _output/e2e-node
 test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain
-	status=0; go test -trimpath -tags e2enode -count=1 -timeout 90m -v ./test/e2e_node/ -args -state "$$PWD/$(E2E_STATE)" || status=$$?; \
+	status=0; go test -trimpath -tags e2enode -count=1 -timeout 90m -v ./test/e2e_node/ -args -state "$$(pwd)/$(E2E_STATE)" || status=$$?; \
 	_output/bin/local-node down -state $(E2E_STATE) >/dev/null || status=1; exit $$status
 
 # Upstream's own node e2e suite, compiled unmodified from the pinned module,
