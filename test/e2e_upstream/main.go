@@ -116,10 +116,7 @@ func run(ctx context.Context, args []string) int {
 			return 2
 		}
 	}
-	names := make([]string, len(kubelets))
-	for i, k := range kubelets {
-		names[i] = k.name
-	}
+	names := kubeletNames(kubelets)
 	title := "Upstream node e2e: " + focus.describe
 	r := &runner{state: *state, suite: *suite, ginkgo: *ginkgo, bin: *bin, agnhost: *agnhost, focus: focus, junitDir: filepath.Join(filepath.Dir(*reportPath), "e2e-upstream-junit", *focusName)}
 	if *testsFile != "" {
@@ -241,14 +238,20 @@ func loadJUnits(dir string, kubelets []kubelet, runs, rechecks int) (map[string]
 			return nil, nil, nil, err
 		}
 	}
-	names := make([]string, len(kubelets))
-	for i, k := range kubelets {
-		names[i] = k.name
-	}
+	names := kubeletNames(kubelets)
 	return res, recheck(compare(names, res), again), notes, nil
 }
 
 type kubelet struct{ name, binary string }
+
+// kubeletNames are the kubelets' names, in order: the report's columns.
+func kubeletNames(kubelets []kubelet) []string {
+	names := make([]string, len(kubelets))
+	for i, k := range kubelets {
+		names[i] = k.name
+	}
+	return names
+}
 
 func parseKubelets(s string) ([]kubelet, error) {
 	var out []kubelet
@@ -413,10 +416,7 @@ func (r *runner) onNode(ctx context.Context, cfg localnode.Config, kubelets []ku
 			return nil, nil, nil, err
 		}
 	}
-	names := make([]string, len(kubelets))
-	for i, k := range kubelets {
-		names[i] = k.name
-	}
+	names := kubeletNames(kubelets)
 	diffs := rechecked(compare(names, res))
 	if r.focus.recheck == 0 || len(diffs) == 0 {
 		return res, nil, notes, nil
