@@ -11,6 +11,8 @@
 #   make kubelet-stock  _output/bin/kubelet-stock (upstream, same module graph and flags)
 #   make critlet-explain  _output/bin/critlet-explain: what a node would preempt for a pod
 #   make run            build _output/bin/kubelet and print its version
+#   make package        _output/package: .deb and .rpm of the patched kubelet (this architecture)
+#   make release        _output/release: for amd64 and arm64, tarball, .deb, .rpm; SHA256SUMS
 #
 # local-up takes KUBELET=<binary> (default _output/bin/kubelet; e.g.
 # _output/bin/kubelet-stock), KUBELET_FLAGS=<extra kubelet flags> and
@@ -24,7 +26,7 @@ SHELL := /usr/bin/env bash
 
 # The binaries are always handed to go build, whose cache knows what changed.
 .PHONY: all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
-	test test-unit test-build test-e2e-node test-e2e-upstream test-e2e-upstream-conformance \
+	package release test test-unit test-build test-package test-e2e-node test-e2e-upstream test-e2e-upstream-conformance \
 	e2e-upstream-tools clean
 
 KUBELET ?= _output/bin/kubelet
@@ -48,6 +50,17 @@ kubelet-stock:
 run: kubelet
 	_output/bin/kubelet --version
 
+# Packages like the stock kubelet's (build/nfpm.yaml), built with nfpm and
+# go-licenses from build/tools' own module graph; reproducible.
+package: kubelet
+	hack/release.sh package _output/package
+
+# Both architectures (arm64 cross-built), from a clean commit; the arm64
+# kubelet is checked as test-build checks the amd64 one, without running it.
+release:
+	hack/release.sh release _output/release
+	RELEASE_KUBELET="$$(pwd)/_output/release-bin/linux-arm64/kubelet" go test -tags releasecheck -count=1 -v ./test/build/
+
 # etcd and kube-apiserver, from go.mod's pinned graph.
 control-plane:
 	hack/build-control-plane.sh
@@ -70,7 +83,7 @@ local-down: node-tools
 local-status: node-tools
 	_output/bin/local-node status -state "$$STATE_DIR"
 
-test: test-unit test-build test-e2e-node test-e2e-upstream
+test: test-unit test-build test-package test-e2e-node test-e2e-upstream
 
 # -trimpath, as the kubelet builds use, lets tests and builds share compiled
 # dependencies in Go's cache.
@@ -106,11 +119,17 @@ test-deps:
 test-build: kubelet kubelet-stock
 	go test -tags buildcheck -count=1 -timeout 45m -v ./test/build/
 
+# The packages: metadata and files as dpkg and rpm read them, installs,
+# upgrades, removals and swaps with the stock package in a scratch root, the
+# command systemd would run beside kubeadm's drop-in, reproducibility.
+test-package: test-deps package kubelet-stock
+	go test -trimpath -tags packagecheck -count=1 -timeout 20m -v ./test/package/
+
 # The node e2e suite: every scenario on a fresh node, once with each kubelet.
 # The suite removes its node when it ends; the local-node down afterwards
 # covers a run killed by its timeout. The table is in _output/e2e-node-report.md.
 E2E_STATE := _output/e2e-node
-test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain
+test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain package
 	status=0; go test -trimpath -tags e2enode -count=1 -timeout 90m -v ./test/e2e_node/ -args -state "$$(pwd)/$(E2E_STATE)" || status=$$?; \
 	_output/bin/local-node down -state $(E2E_STATE) >/dev/null || status=1; exit $$status
 

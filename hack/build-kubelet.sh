@@ -3,6 +3,12 @@
 #
 #   hack/build-kubelet.sh patched   # _output/bin/kubelet: critlet's packages swapped in
 #   hack/build-kubelet.sh stock     # _output/bin/kubelet-stock: upstream unchanged
+#   GOARCH=arm64 hack/build-kubelet.sh patched OUT   # cross-built, to OUT
+#
+# The kubelet links the C library as upstream's release builds do (cgo), so
+# another architecture is built with Debian's cross compiler for it and its
+# --version run under qemu-user with that architecture's C library
+# (hack/install-release-deps.sh installs both).
 #
 # Both use the same modfile, flags and build cache, so they differ only by the
 # overlay and the version stamp. Go's cache decides what to recompile; an
@@ -12,10 +18,10 @@ shopt -s inherit_errexit
 
 flavor=${1:-}
 case $flavor in
-  patched) out=_output/bin/kubelet ;;
-  stock) out=_output/bin/kubelet-stock ;;
+  patched) out=${2:-_output/bin/kubelet} ;;
+  stock) out=${2:-_output/bin/kubelet-stock} ;;
   *)
-    echo "usage: $0 patched|stock" >&2
+    echo "usage: $0 patched|stock [OUTPUT]" >&2
     exit 2
     ;;
 esac
@@ -31,6 +37,21 @@ fail() {
   echo "build-kubelet: $*" >&2
   exit 1
 }
+
+host_arch=$(go env GOHOSTARCH)
+arch=$(go env GOARCH)
+run=()
+if [[ $arch != "$host_arch" ]]; then
+  case $arch in
+    arm64) triplet=aarch64-linux-gnu qemu=qemu-aarch64-static ;;
+    *) fail "no cross toolchain known for GOARCH=$arch (known: arm64)" ;;
+  esac
+  for tool in "${triplet}-gcc" "$qemu"; do
+    command -v "$tool" >/dev/null || fail "$tool is missing for GOARCH=$arch: run hack/install-release-deps.sh"
+  done
+  export CGO_ENABLED=1 CC="${triplet}-gcc"
+  run=("$qemu" -L "/usr/${triplet}")
+fi
 
 upstream::prepare "$root" || fail "preparing the pinned upstream module failed"
 version::ldflags "$flavor" "$UPSTREAM_VERSION" "$(upstream::date)"
@@ -55,13 +76,13 @@ else
 fi
 
 mkdir -p "$(dirname "$out")"
-echo "building $out ($STAMPED_VERSION)" >&2
+echo "building $out ($STAMPED_VERSION, linux/$arch)" >&2
 go build "${args[@]}" "$target" || fail "go build of $target failed"
 
 # Ship nothing that does not report the version just stamped: an unstamped
 # build says v0.0.0-master.
 want="Kubernetes ${STAMPED_VERSION}"
-if ! got=$("$out" --version 2>&1) || [[ $got != "$want" ]]; then
+if ! got=$("${run[@]}" "$out" --version 2>&1) || [[ $got != "$want" ]]; then
   rm -f "$out"
   fail "$out --version printed '${got}', want '${want}'; binary removed"
 fi

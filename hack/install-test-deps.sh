@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the unit tests need beyond Go: qemu-user-static, which runs
-# the linux/arm64 test binaries of the victim selection and the handler
-# here (go test -exec). Does nothing when it is present.
+# Installs what the tests need beyond Go: qemu-user-static, which runs the
+# linux/arm64 test binaries of the victim selection and the handler here (go
+# test -exec), and rpm, which reads the built .rpm as rpm-based hosts do.
+# Does nothing when they are present.
 set -euo pipefail
 
-command -v qemu-aarch64-static >/dev/null && exit 0
+missing=()
+command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
+command -v rpm >/dev/null || missing+=(rpm)
+((${#missing[@]})) || exit 0
 source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
-apt::install install-test-deps qemu-user-static
+apt::install install-test-deps "${missing[@]}"

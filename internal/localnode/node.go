@@ -37,6 +37,18 @@ func (n *Node) AdminKubeconfig() string { return n.pki.AdminKubeconfig }
 // Config is the node's configuration, defaults filled in.
 func (n *Node) Config() Config { return n.cfg }
 
+// KubeletKubeconfig is the kubeconfig the node's kubelet uses.
+func (n *Node) KubeletKubeconfig() string { return n.pki.KubeletKubeconfig }
+
+// KubeletConfiguration is the KubeletConfiguration file StartKubelet
+// writes for a kubelet of maxPods (0: the kubelet's default), for a
+// kubelet started with a configuration file of its own.
+func (n *Node) KubeletConfiguration(maxPods int32) ([]byte, error) {
+	m := *n
+	m.cfg.MaxPods = maxPods
+	return m.kubeletConfig()
+}
+
 // SetKubelet changes the kubelet binary and flags used by the next
 // StartKubelet.
 func (n *Node) SetKubelet(path string, flags, env []string, maxPods int32) {

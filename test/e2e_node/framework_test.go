@@ -114,13 +114,20 @@ type scenarioOptions struct {
 	critletVariants []kubeletUnderTest
 	// timeout bounds each kubelet's run; 8 minutes when zero.
 	timeout time.Duration
+	// critletOnly replaces the default kubelets with these critlet kubelets
+	// (run when critlet is selected).
+	critletOnly []kubeletUnderTest
 }
 
 // runScenario runs fn once per kubelet, each time on a fresh node.
 func runScenario(t *testing.T, name string, opts scenarioOptions, fn func(e *env)) {
 	runs := kubelets()
+	if opts.critletOnly != nil {
+		runs = nil
+	}
 	if slices.Contains(selected(), critletKubelet.name) {
 		runs = append(runs, opts.critletVariants...)
+		runs = append(runs, opts.critletOnly...)
 	}
 	for _, k := range runs {
 		t.Run(k.name, func(t *testing.T) {

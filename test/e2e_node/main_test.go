@@ -143,7 +143,7 @@ func checkSelection() error {
 // kubeletUnderTest is a kubelet binary with the settings it runs with.
 type kubeletUnderTest struct {
 	name   string // in the report: stock, critlet, or critlet and its settings
-	binary string
+	binary string   // in -bin, or an absolute path
 	flags  []string // critlet's settings as flags
 	env    []string // or as environment variables (NAME=value)
 }
@@ -158,6 +158,9 @@ func (k kubeletUnderTest) with(flags, env []string) kubeletUnderTest {
 func (k kubeletUnderTest) stock() bool { return k.binary == stockKubelet.binary }
 
 func (k kubeletUnderTest) path() string {
+	if filepath.IsAbs(k.binary) {
+		return k.binary
+	}
 	bin, _ := filepath.Abs(*binDir)
 	return filepath.Join(bin, k.binary)
 }

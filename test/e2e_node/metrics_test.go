@@ -96,10 +96,11 @@ func (e *env) checkMetrics(victims int) {
 	e.note("metrics: kubelet_preemptions=%v, critlet admissions=%v", preemptions, ours[`kubelet_critical_preemption_duration_seconds_count{policy="upstream"}`])
 }
 
-// expectSettingsLogged checks the settings line of the kubelet now running:
-// the last one the kubelet log holds, since every kubelet of the suite
-// writes to the same log.
-func (e *env) expectSettingsLogged(policy string) {
+// expectSettingsLogged checks that the settings line of the kubelet now
+// running holds each of want (key="value" or key=value): the last line the
+// kubelet log holds, since every kubelet of the suite writes to the same
+// log.
+func (e *env) expectSettingsLogged(want ...string) {
 	e.t.Helper()
 	data, err := os.ReadFile(suite.Config().LogFile(localnode.Kubelet))
 	if err != nil {
@@ -111,7 +112,9 @@ func (e *env) expectSettingsLogged(policy string) {
 			last = l
 		}
 	}
-	if want := `policy="` + policy + `"`; !strings.Contains(last, want) {
-		e.t.Errorf("kubelet's settings line %q lacks %s", last, want)
+	for _, w := range want {
+		if !strings.Contains(last, w) {
+			e.t.Errorf("kubelet's settings line %q lacks %s", last, w)
+		}
 	}
 }

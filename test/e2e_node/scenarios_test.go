@@ -328,29 +328,37 @@ func TestPriorityPolicy(t *testing.T) {
 	byFlag := critletKubelet.with([]string{"--critical-preemption-policy=priority"}, nil)
 	byEnv := critletKubelet.with(nil, []string{"CRITLET_PREEMPTION_POLICY=priority"})
 	runScenario(t, "10 priority policy", scenarioOptions{critletVariants: []kubeletUnderTest{byFlag, byEnv}}, func(e *env) {
-		e.ensurePriorityClass("e2e-high", 1_000_000_000)
-		high := burstable("high-burstable", "200m", "200Mi")
-		high.priorityClass = "e2e-high"
-		pods := e.createRunning(high, guaranteed("low-guaranteed", "200m", "200Mi"))
-		all := e.allocatable()
-		cpu, mem := all[v1.ResourceCPU], all[v1.ResourceMemory]
-		cpu.Sub(resource.MustParse("200m"))
-		mem.Sub(resource.MustParse("200Mi"))
-		crit := e.createCritical(critical("critical", v1.ResourceList{v1.ResourceCPU: cpu, v1.ResourceMemory: mem}))
-		policy := "upstream"
-		victim, survivor := pods[0], pods[1]
-		if e.kubelet.name == byFlag.name || e.kubelet.name == byEnv.name {
-			policy, victim, survivor = "priority", pods[1], pods[0]
-		}
-		e.expectPreempted(victim, exitsOnTerm)
-		e.expectPhase(survivor, v1.PodRunning)
-		e.expectVictims(victim.Name)
-		e.expectPhase(crit, v1.PodRunning)
-		if !e.kubelet.stock() {
-			e.expectPreemptorEvent(crit, "PreemptedForAdmission")
-			e.expectSettingsLogged(policy)
-		}
+		e.priorityPolicy(e.kubelet.name == byFlag.name || e.kubelet.name == byEnv.name)
 	})
+}
+
+// priorityPolicy runs scenario 10 on the node: the victim is the
+// Burstable pod under upstream's rules, the Guaranteed one under the
+// priority policy.
+func (e *env) priorityPolicy(byPriority bool) {
+	e.t.Helper()
+	e.ensurePriorityClass("e2e-high", 1_000_000_000)
+	high := burstable("high-burstable", "200m", "200Mi")
+	high.priorityClass = "e2e-high"
+	pods := e.createRunning(high, guaranteed("low-guaranteed", "200m", "200Mi"))
+	all := e.allocatable()
+	cpu, mem := all[v1.ResourceCPU], all[v1.ResourceMemory]
+	cpu.Sub(resource.MustParse("200m"))
+	mem.Sub(resource.MustParse("200Mi"))
+	crit := e.createCritical(critical("critical", v1.ResourceList{v1.ResourceCPU: cpu, v1.ResourceMemory: mem}))
+	policy := "upstream"
+	victim, survivor := pods[0], pods[1]
+	if byPriority {
+		policy, victim, survivor = "priority", pods[1], pods[0]
+	}
+	e.expectPreempted(victim, exitsOnTerm)
+	e.expectPhase(survivor, v1.PodRunning)
+	e.expectVictims(victim.Name)
+	e.expectPhase(crit, v1.PodRunning)
+	if !e.kubelet.stock() {
+		e.expectPreemptorEvent(crit, "PreemptedForAdmission")
+		e.expectSettingsLogged(`policy="` + policy + `"`)
+	}
 }
 
 func (e *env) ensureRuntimeClass(handler string) {

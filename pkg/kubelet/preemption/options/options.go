@@ -99,6 +99,11 @@ var envOf = map[string]string{
 	FlagKillTimeout: "CRITLET_PREEMPTION_KILL_TIMEOUT",
 }
 
+// Flags returns critlet's flag names, in the order --help lists them.
+func Flags() []string {
+	return []string{FlagPolicy, FlagParallelism, FlagMaxReplans, FlagKillTimeout}
+}
+
 // EnvVar returns the environment variable that stands for flag.
 func EnvVar(flag string) string { return envOf[flag] }
 
@@ -136,7 +141,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 func FromArgs(args []string, lookup func(string) (string, bool)) (Options, []string, error) {
 	o := Defaults()
 	fs := FlagSet(&o)
-	for _, flag := range []string{FlagPolicy, FlagParallelism, FlagMaxReplans, FlagKillTimeout} {
+	for _, flag := range Flags() {
 		if v, ok := lookup(envOf[flag]); ok {
 			if err := fs.Set(flag, v); err != nil {
 				return o, nil, fmt.Errorf("%s=%q (for --%s): %w", envOf[flag], v, flag, err)

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Packages critlet's kubelet as the stock kubelet package is packaged.
+#
+#   hack/release.sh package OUTDIR   # .deb and .rpm for this machine's
+#                                    # architecture, from _output/bin/kubelet
+#   hack/release.sh release OUTDIR   # for amd64 and arm64: the kubelet (arm64
+#                                    # cross-built), .deb, .rpm, a tarball each,
+#                                    # and SHA256SUMS
+#
+# Everything is reproducible: the same commit gives byte-identical files.
+# Times are the commit's (SOURCE_DATE_EPOCH), owners root, modes fixed, and
+# the archives are written in name order without build-host details.
+# CRITLET_PKG_RELEASE (default 1) is the packages' revision.
+set -euo pipefail
+shopt -s inherit_errexit
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+# shellcheck source=hack/lib/upstream.sh
+source hack/lib/upstream.sh
+# shellcheck source=hack/lib/version.sh
+source hack/lib/version.sh
+
+fail() {
+  echo "release: $*" >&2
+  exit 1
+}
+
+mode=${1:-}
+out=${2:-}
+case $mode in
+  package | release) ;;
+  *)
+    echo "usage: $0 package|release OUTDIR" >&2
+    exit 2
+    ;;
+esac
+[[ -n $out ]] || fail "no output directory given"
+
+bin=${root}/_output/bin
+tools=${root}/build/tools
+
+# release::tools: nfpm and go-licenses, from build/tools' own module graph.
+# go-licenses finds the standard library through the GOROOT it was built
+# with, which -trimpath would remove: it then silently saves nothing.
+release::tools() {
+  echo "release: building nfpm and go-licenses (build/tools)" >&2
+  (cd "$tools" && go build -trimpath -o "$bin/nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm &&
+    go build -o "$bin/go-licenses" github.com/google/go-licenses/v2) ||
+    fail "building the release tools failed"
+}
+
+# release::versions: UPSTREAM_VERSION, STAMPED_VERSION (the kubelet's),
+# PKG_VERSION (the packages': the commit's time orders builds of one
+# upstream release) and SOURCE_DATE_EPOCH.
+release::versions() {
+  UPSTREAM_VERSION=$(upstream::version) || fail "cannot read the upstream version"
+  version::ldflags patched "$UPSTREAM_VERSION" "" || fail "cannot stamp a version"
+  local stamp
+  stamp=$(TZ=UTC git show -s --date=format-local:'%Y%m%d%H%M%S' --format=%cd HEAD)
+  PKG_VERSION="${UPSTREAM_VERSION#v}+critlet.${stamp}.${GIT_SHORT}"
+  if [[ -z ${SOURCE_DATE_EPOCH:-} ]]; then
+    SOURCE_DATE_EPOCH=$(git show -s --format=%ct HEAD)
+  fi
+  export SOURCE_DATE_EPOCH
+}
+
+# release::licenses ARCH DIR: the license files (and, for reciprocal
+# licenses, the source) of every package linked into the kubelet, as
+# go-licenses gathers them from the module graph of the patched build.
+release::licenses() {
+  local arch=$1 dir=$2
+  rm -rf "$dir"
+  # go.mod's graph: the patched build's differs only by critlet's own
+  # packages, which the kubelet's module list check in test/package covers.
+  # go-licenses asks the network for each module's URL, which only reaches
+  # the module proxy here: its warnings about that are dropped, the rest kept.
+  if ! GOFLAGS= GOOS=linux GOARCH=$arch CGO_ENABLED=1 \
+    "$bin/go-licenses" save ./cmd/kubelet --save_path "$dir" \
+    2> >(grep -v -e 'Error discovering license URL' -e "contains non-Go code that can't be inspected" -e '\.s$' >&2); then
+    fail "go-licenses could not gather the licenses of the kubelet's dependencies (linux/$arch)"
+  fi
+  [[ -f $dir/k8s.io/kubernetes/LICENSE ]] || fail "go-licenses saved no license for k8s.io/kubernetes in $dir"
+  find "$dir" -type d -exec chmod 0755 {} +
+  find "$dir" -type f -exec chmod 0644 {} +
+}
+
+# release::packages ARCH KUBELET LICENSES OUTDIR: the .deb and the .rpm.
+release::packages() {
+  local arch=$1 kubelet=$2 licenses=$3 dir=$4
+  mkdir -p "$dir"
+  local format
+  for format in deb rpm; do
+    CRITLET_ARCH=$arch CRITLET_KUBELET=$kubelet CRITLET_LICENSES=$licenses \
+      CRITLET_PKG_VERSION=$PKG_VERSION CRITLET_PKG_RELEASE=${CRITLET_PKG_RELEASE:-1} \
+      CRITLET_UPSTREAM_VERSION=${UPSTREAM_VERSION#v} \
+      "$bin/nfpm" package --config build/nfpm.yaml --packager "$format" --target "$dir/" >&2 ||
+      fail "nfpm could not build the $format package for $arch"
+  done
+}
+
+# release::tarball ARCH KUBELET LICENSES OUTDIR: critlet-<version>-linux-<arch>.tar.gz.
+release::tarball() {
+  local arch=$1 kubelet=$2 licenses=$3 dir=$4
+  local stage
+  stage=$(mktemp -d "${root}/_output/release-stage.XXXXXX")
+  local top=${stage}/critlet
+  install -D -m 0755 "$kubelet" "$top/bin/kubelet"
+  install -D -m 0644 build/systemd/kubelet.service "$top/systemd/kubelet.service"
+  install -D -m 0644 build/systemd/20-critlet.conf "$top/systemd/kubelet.service.d/20-critlet.conf"
+  install -D -m 0644 build/default/kubelet "$top/default/kubelet"
+  install -D -m 0644 build/default/critlet "$top/default/critlet"
+  install -D -m 0644 LICENSE "$top/LICENSE"
+  install -D -m 0644 README.md "$top/README.md"
+  cp -R "$licenses" "$top/LICENSES"
+  local name="critlet-${STAMPED_VERSION}-linux-${arch}.tar.gz"
+  tar --sort=name --format=gnu --owner=0 --group=0 --numeric-owner \
+    --mtime="@${SOURCE_DATE_EPOCH}" --mode='u+w,go-w,a+rX' \
+    -C "$stage" -cf - critlet | gzip -9 -n >"$dir/$name"
+  rm -rf "$stage"
+}
+
+release::versions
+release::tools
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+case $mode in
+  package)
+    arch=$(go env GOARCH)
+    [[ -x $bin/kubelet ]] || fail "$bin/kubelet is missing: make kubelet"
+    release::licenses "$arch" "${root}/_output/release-licenses/${arch}"
+    release::packages "$arch" "$bin/kubelet" "${root}/_output/release-licenses/${arch}" "$out"
+    ;;
+  release)
+    if [[ $GIT_TREE_STATE != clean && -z ${CRITLET_ALLOW_DIRTY:-} ]]; then
+      fail "the work tree has uncommitted changes: a release is built from a commit (CRITLET_ALLOW_DIRTY=1 overrides)"
+    fi
+    hack/install-release-deps.sh
+    rm -f "$out"/*.deb "$out"/*.rpm "$out"/*.tar.gz "$out/SHA256SUMS"
+    for arch in amd64 arm64; do
+      kubelet=${root}/_output/release-bin/linux-${arch}/kubelet
+      GOARCH=$arch hack/build-kubelet.sh patched "$kubelet" || fail "building the linux/$arch kubelet failed"
+      licenses=${root}/_output/release-licenses/${arch}
+      release::licenses "$arch" "$licenses"
+      release::packages "$arch" "$kubelet" "$licenses" "$out"
+      release::tarball "$arch" "$kubelet" "$licenses" "$out"
+    done
+    (cd "$out" && sha256sum -- *.tar.gz *.deb *.rpm >SHA256SUMS)
+    ;;
+esac
+echo "release: $(cd "$out" && ls | tr '\n' ' ')in $out" >&2
