@@ -142,7 +142,7 @@ func checkSelection() error {
 
 // kubeletUnderTest is a kubelet binary with the settings it runs with.
 type kubeletUnderTest struct {
-	name   string // in the report: stock, critlet, or critlet and its settings
+	name   string   // in the report: stock, critlet, or critlet and its settings
 	binary string   // in -bin, or an absolute path
 	flags  []string // critlet's settings as flags
 	env    []string // or as environment variables (NAME=value)

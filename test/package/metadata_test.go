@@ -63,17 +63,17 @@ func wantFiles(format string) map[string]entry {
 		settings = "/etc/sysconfig/"
 	}
 	return map[string]entry{
-		"/usr/bin/kubelet":                                         {"-rwxr-xr-x", "root/root"},
-		"/usr/lib/systemd/system/kubelet.service":                  file,
-		"/usr/lib/systemd/system/kubelet.service.d":                dir,
+		"/usr/bin/kubelet":                                          {"-rwxr-xr-x", "root/root"},
+		"/usr/lib/systemd/system/kubelet.service":                   file,
+		"/usr/lib/systemd/system/kubelet.service.d":                 dir,
 		"/usr/lib/systemd/system/kubelet.service.d/20-critlet.conf": file,
-		settings + "kubelet":                                       file,
-		settings + "critlet":                                       file,
-		"/var/lib/kubelet":                                         dir,
-		"/etc/kubernetes/manifests":                                dir,
-		"/usr/share/doc/kubelet-critlet/LICENSE":                   file,
-		"/usr/share/doc/kubelet-critlet/README.md":                 file,
-		"/usr/share/doc/kubelet-critlet/third_party":               dir,
+		settings + "kubelet":                                        file,
+		settings + "critlet":                                        file,
+		"/var/lib/kubelet":                                          dir,
+		"/etc/kubernetes/manifests":                                 dir,
+		"/usr/share/doc/kubelet-critlet/LICENSE":                    file,
+		"/usr/share/doc/kubelet-critlet/README.md":                  file,
+		"/usr/share/doc/kubelet-critlet/third_party":                dir,
 	}
 }
 
