@@ -93,6 +93,8 @@ test-unit: export CRITLET_TEST_NO_SKIP := 1
 test-unit: test-deps node-deps
 	go vet -trimpath ./...
 	go vet -trimpath -tags e2enode ./test/e2e_node/...
+	go vet -trimpath -tags packagecheck ./test/package/
+	go vet -trimpath -tags buildcheck,releasecheck ./test/build/
 	mkdir -p _output
 	go test -trimpath -v ./... > _output/test-unit.log 2>&1 || { cat _output/test-unit.log; exit 1; }
 	grep -E '^(ok|FAIL|\?) ' _output/test-unit.log

@@ -67,7 +67,7 @@ args=(
 )
 if [[ $flavor == patched ]]; then
   overlay="${root}/_output/build/overlay.json"
-  go run ./hack/gen-overlay -upstream "$UPSTREAM_COPY" -repo "$root" -o "$overlay" ||
+  GOARCH=$host_arch go run ./hack/gen-overlay -upstream "$UPSTREAM_COPY" -repo "$root" -o "$overlay" ||
     fail "generating the overlay failed"
   args+=(-overlay="$overlay")
   target=./cmd/kubelet
