@@ -133,7 +133,7 @@ test-package: test-deps package kubelet-stock
 E2E_STATE := _output/e2e-node
 test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain package
 	status=0; go test -trimpath -tags e2enode -count=1 -timeout 90m -v ./test/e2e_node/ -args -state "$$(pwd)/$(E2E_STATE)" || status=$$?; \
-	_output/bin/local-node down -state $(E2E_STATE) >/dev/null || status=1; exit $$status
+	_output/bin/local-node down -state "$(E2E_STATE)" >/dev/null || status=1; exit $$status
 
 # Upstream's own node e2e suite, compiled unmodified from the pinned module,
 # run on each kubelet in a RuntimeOnly local node; agnhost, an image the
@@ -148,12 +148,12 @@ e2e-upstream-tools:
 	go build -trimpath -o _output/bin/e2e-upstream ./test/e2e_upstream
 
 test-e2e-upstream: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools
-	status=0; _output/bin/e2e-upstream -focus critical -state $(UPSTREAM_STATE) -report _output/e2e-upstream-report.md || status=$$?; \
-	_output/bin/local-node down -state $(UPSTREAM_STATE)/node >/dev/null || status=1; exit $$status
+	status=0; _output/bin/e2e-upstream -focus critical -state "$(UPSTREAM_STATE)" -report _output/e2e-upstream-report.md || status=$$?; \
+	_output/bin/local-node down -state "$(UPSTREAM_STATE)/node" >/dev/null || status=1; exit $$status
 
 test-e2e-upstream-conformance: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools
-	status=0; _output/bin/e2e-upstream -focus conformance -state $(UPSTREAM_STATE) -report _output/e2e-upstream-conformance-report.md || status=$$?; \
-	_output/bin/local-node down -state $(UPSTREAM_STATE)/node >/dev/null || status=1; exit $$status
+	status=0; _output/bin/e2e-upstream -focus conformance -state "$(UPSTREAM_STATE)" -report _output/e2e-upstream-conformance-report.md || status=$$?; \
+	_output/bin/local-node down -state "$(UPSTREAM_STATE)/node" >/dev/null || status=1; exit $$status
 
 clean:
 	for d in "$$STATE_DIR" $(E2E_STATE) $(UPSTREAM_STATE)/node; do \

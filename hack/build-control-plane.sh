@@ -47,7 +47,8 @@ for target in "${targets[@]}"; do
       ;;
     *) fail "unknown target '$target' (want kube-apiserver or etcd)" ;;
   esac
-  echo "building $out" >&2
+  # go build says nothing until it is done; say what to expect.
+  echo "building $out: a few minutes on two cores with a cold build cache (less after the kubelet, which shares most packages), seconds when nothing changed" >&2
   go build -modfile="$BUILD_MODFILE" -trimpath -buildvcs=false \
     -ldflags="$LDFLAGS" -o "$out" "$pkg" || fail "go build of $pkg failed"
   # A binary that does not report the pinned version is not the one the

@@ -124,18 +124,42 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := waitFor(ctx, h, 60*time.Second, "serving CRI", func(ctx context.Context) error {
-		rt, closeFn, err := n.criClient(ctx)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		_, err = rt.Version(ctx, &runtimeapi.VersionRequest{})
-		return err
-	}); err != nil {
+	if err := waitFor(ctx, h, 60*time.Second, "serving CRI", n.criServing); err != nil {
 		return err
 	}
 	return n.importImages(ctx)
+}
+
+// criServing asks containerd's CRI for its version.
+func (n *Node) criServing(ctx context.Context) error {
+	rt, closeFn, err := n.criClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	_, err = rt.Version(ctx, &runtimeapi.VersionRequest{})
+	return err
+}
+
+// missingImages lists the node's images containerd does not hold.
+func (n *Node) missingImages(ctx context.Context) ([]string, error) {
+	conn, err := grpc.NewClient("unix://"+n.l.criSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dialing %s: %w", n.l.criSocket(), err)
+	}
+	defer conn.Close()
+	images := runtimeapi.NewImageServiceClient(conn)
+	var missing []string
+	for _, name := range []string{PauseImage, BusyboxImage} {
+		st, err := images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}})
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", name, err)
+		}
+		if st.GetImage() == nil {
+			missing = append(missing, name)
+		}
+	}
+	return missing, nil
 }
 
 // renderCNIConfig returns the pods' network configuration.

@@ -37,19 +37,22 @@ func (n *Node) startEtcd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: 2 * time.Second}
-	return waitFor(ctx, h, 60*time.Second, "healthy", func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, client+"/health", nil)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/health: %s", resp.Status)
-		}
-		return nil
-	})
+	return waitFor(ctx, h, 60*time.Second, "healthy", n.etcdHealthy)
+}
+
+// etcdHealthy asks etcd's /health.
+func (n *Node) etcdHealthy(ctx context.Context) error {
+	url := "http://127.0.0.1:" + strconv.Itoa(n.cfg.Ports.EtcdClient) + "/health"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
 }
 
 func (n *Node) startAPIServer(ctx context.Context) error {
@@ -89,8 +92,11 @@ func (n *Node) startAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, h, 120*time.Second, "ready", func(ctx context.Context) error {
-		_, err := n.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err
-	})
+	return waitFor(ctx, h, 120*time.Second, "ready", n.apiServerReady)
+}
+
+// apiServerReady asks the API server's /readyz.
+func (n *Node) apiServerReady(ctx context.Context) error {
+	_, err := n.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	return err
 }

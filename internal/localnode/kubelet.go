@@ -132,29 +132,35 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	// The Node may still say Ready from an earlier kubelet; only a heartbeat
 	// after this start counts (heartbeats have one-second resolution).
 	started := time.Now().Add(-time.Second)
-	hc := &http.Client{Timeout: 2 * time.Second}
+	return waitFor(ctx, h, 3*time.Minute, "node Ready", func(ctx context.Context) error { return n.nodeReady(ctx, started) })
+}
+
+// nodeReady asks the kubelet's healthz, then the API for the node's Ready
+// condition, with a heartbeat no older than since.
+func (n *Node) nodeReady(ctx context.Context, since time.Time) error {
 	healthz := "http://127.0.0.1:" + strconv.Itoa(n.cfg.Ports.KubeletHealthz) + "/healthz"
-	return waitFor(ctx, h, 3*time.Minute, "node Ready", func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		node, err := n.client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, c := range node.Status.Conditions {
-			if c.Type == v1.NodeReady {
-				if c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(started) {
-					return nil
-				}
-				return fmt.Errorf("node %s is not Ready: %s", n.cfg.NodeName, c.Message)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", healthz, resp.Status)
+	}
+	node, err := n.client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			if c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(since) {
+				return nil
 			}
+			return fmt.Errorf("node %s is not Ready: %s", n.cfg.NodeName, c.Message)
 		}
-		return fmt.Errorf("node %s has no Ready condition yet", n.cfg.NodeName)
-	})
+	}
+	return fmt.Errorf("node %s has no Ready condition yet", n.cfg.NodeName)
 }
 
 // kubeletSpec identifies the kubelet binary (by path, size and time, so a

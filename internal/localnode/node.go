@@ -1,7 +1,6 @@
 package localnode
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -76,7 +75,10 @@ func up(ctx context.Context, cfg Config) (*Node, error) {
 	if n.KubeletAlive() {
 		running, _ := os.ReadFile(n.l.path("run", "kubelet.spec"))
 		if string(running) == n.kubeletSpec() {
-			fmt.Fprintf(os.Stderr, "local node: already running under %s\n", cfg.StateDir)
+			if err := n.waitRunning(ctx, Kubelet, time.Minute, "node Ready", func(ctx context.Context) error { return n.nodeReady(ctx, time.Time{}) }); err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(os.Stderr, "local node: already running under %s, node Ready\n", cfg.StateDir)
 			return n, nil
 		}
 		// Another binary, a rebuilt one, or other flags: restart the kubelet
@@ -115,8 +117,8 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	// The cgroup root, the bridge and the host mount points have fixed
 	// names: one node at a time owns them.
-	if owner := hostOwner(); owner != "" && owner != cfg.StateDir {
-		return nil, fmt.Errorf("the local node under %s owns this host's node resources (cgroup %s, bridge %s); stop it first: local-node down -state %s", owner, CgroupRoot, BridgeName, owner)
+	if err := n.checkOwner(); err != nil {
+		return nil, err
 	}
 	alive, stale, err := n.running()
 	if err != nil {
@@ -137,13 +139,17 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	// Claimed, and what it will hold recorded, before anything is made in it.
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the state directory: %w", err)
+	}
+	if err := n.claim(); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{"logs", "run"} {
 		if err := os.MkdirAll(n.l.path(d), 0o755); err != nil {
 			return nil, fmt.Errorf("creating the state directory: %w", err)
 		}
-	}
-	if err := n.claim(); err != nil {
-		return nil, err
 	}
 	apiURL := "https://127.0.0.1:" + strconv.Itoa(cfg.Ports.APIServer)
 	n.pki, err = pki.Ensure(n.l.pki(), apiURL, cfg.NodeName, time.Now())
@@ -163,6 +169,10 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 		starts = starts[2:]
 	}
 	if n.isAlive(Containerd) {
+		// A node left running: every part is checked as a start checks it.
+		if err := n.verifyRunning(ctx); err != nil {
+			return nil, err
+		}
 		return n, nil
 	}
 	for _, start := range starts {
@@ -177,6 +187,54 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	return n, nil
+}
+
+// verifyRunning checks the components of a node found running, each as
+// its start checks it, and imports the images if containerd lacks them.
+func (n *Node) verifyRunning(ctx context.Context) error {
+	checks := []struct {
+		name  string
+		check func(context.Context) error
+		what  string
+	}{{Etcd, n.etcdHealthy, "healthy"}, {APIServer, n.apiServerReady, "ready"}, {Containerd, n.criServing, "serving CRI"}}
+	if n.cfg.RuntimeOnly {
+		checks = checks[2:]
+	}
+	for _, c := range checks {
+		if err := n.waitRunning(ctx, c.name, 30*time.Second, c.what, c.check); err != nil {
+			return err
+		}
+	}
+	missing, err := n.missingImages(ctx)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(os.Stderr, "local node: containerd lacks %s: importing the images again\n", strings.Join(missing, ", "))
+		return n.importImages(ctx)
+	}
+	return nil
+}
+
+// waitRunning polls check on an already running component for up to
+// timeout; failing, it says how to start afresh.
+func (n *Node) waitRunning(ctx context.Context, name string, timeout time.Duration, what string, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		err := check(cctx)
+		ccancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s runs under %s but is not %s: %v; start afresh with local-down, then local-up\n%s",
+				name, n.cfg.StateDir, what, err, process.Tail(n.l.log(name), 25))
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 func listOrNone(names []string) string {
@@ -265,55 +323,6 @@ func Status(cfg Config) ([]string, error) {
 	return lines, nil
 }
 
-// checkHostFree checks, before a node starts, that nothing holds its ports,
-// bridge or cgroup root, so that these are reported as such rather than as
-// a component dying.
-func (n *Node) checkHostFree() error {
-	// A RuntimeOnly node's ports and bridge are in its own network.
-	if !n.cfg.RuntimeOnly {
-		if err := n.cfg.Ports.checkFree(); err != nil {
-			return err
-		}
-		if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
-			return fmt.Errorf("network device %s already exists, not made by this node: %s", BridgeName, strings.TrimSpace(string(out)))
-		}
-	}
-	if procs := cgroupProcs(CgroupRoot); len(procs) > 0 {
-		return fmt.Errorf("cgroup %s still holds processes %v, not started by this node", CgroupRoot, procs)
-	}
-	return nil
-}
-
-// ownerFile names, on the host, the state directory of the node that owns
-// the fixed-name resources; it is on tmpfs, so a reboot, which removes
-// those resources too, also removes it.
-const ownerFile = "/run/critlet-local-node.owner"
-
-// markerFile marks a state directory as a node's: Up claims no non-empty
-// directory, and Down touches none, without it. It stays after Down, with
-// the logs.
-const markerFile = ".critlet-local-node"
-
-func hostOwner() string {
-	b, err := os.ReadFile(ownerFile)
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// claim marks the state directory as a node's and the host's fixed-name
-// resources as this node's.
-func (n *Node) claim() error {
-	if err := os.WriteFile(n.l.path(markerFile), []byte("critlet local node state directory (local-node up and down; down keeps the logs and this file)\n"), 0o644); err != nil {
-		return fmt.Errorf("marking the state directory: %w", err)
-	}
-	if err := os.WriteFile(ownerFile, []byte(n.cfg.StateDir+"\n"), 0o644); err != nil {
-		return fmt.Errorf("claiming the host's node resources: %w", err)
-	}
-	return nil
-}
-
 // checkTools reports every missing binary at once, with how to get it.
 func (n *Node) checkTools() error {
 	var missing []string
@@ -388,47 +397,4 @@ func waitFor(ctx context.Context, h *process.Handle, timeout time.Duration, what
 		case <-t.C:
 		}
 	}
-}
-
-// hostDir makes a mount point on the host and, if it did not exist,
-// records it so that Down removes it again.
-func (n *Node) hostDir(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
-		return nil
-	}
-	// Record the topmost directory that is created.
-	top := dir
-	for p := filepath.Dir(dir); p != "/"; p = filepath.Dir(p) {
-		if _, err := os.Stat(p); err == nil {
-			break
-		}
-		top = p
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating mount point %s: %w", dir, err)
-	}
-	f, err := os.OpenFile(n.l.path("host-dirs"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("recording mount point %s: %w", dir, err)
-	}
-	defer f.Close()
-	_, err = fmt.Fprintln(f, top)
-	return err
-}
-
-// createdHostDirs lists the host directories recorded by hostDir.
-func (l layout) createdHostDirs() []string {
-	f, err := os.Open(l.path("host-dirs"))
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var dirs []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if d := strings.TrimSpace(sc.Text()); d != "" {
-			dirs = append(dirs, d)
-		}
-	}
-	return dirs
 }

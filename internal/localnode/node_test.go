@@ -168,44 +168,6 @@ func TestWaitForTimesOut(t *testing.T) {
 	}
 }
 
-// Mount points the node creates on the host are recorded and removed
-// again, but never a directory that has gained content.
-func TestHostDirsRecordedAndRemoved(t *testing.T) {
-	n := testNode(t)
-	base := t.TempDir()
-	made := filepath.Join(base, "a", "b", "c")
-	if err := n.hostDir(made); err != nil {
-		t.Fatal(err)
-	}
-	kept := filepath.Join(base, "kept", "x")
-	if err := n.hostDir(kept); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.hostDir(base); err != nil { // exists: not recorded
-		t.Fatal(err)
-	}
-	got := n.l.createdHostDirs()
-	want := []string{filepath.Join(base, "a"), filepath.Join(base, "kept")}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("recorded %v, want %v", got, want)
-	}
-	if err := os.WriteFile(filepath.Join(kept, "someone-elses"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := removeEmptyTree(got[0]); err != nil {
-		t.Errorf("removing %s: %v", got[0], err)
-	}
-	if _, err := os.Stat(got[0]); !os.IsNotExist(err) {
-		t.Errorf("%s still exists", got[0])
-	}
-	if err := removeEmptyTree(got[1]); err == nil || !strings.Contains(err.Error(), "not empty") {
-		t.Errorf("err = %v, want a refusal to remove a directory with content", err)
-	}
-	if _, err := os.Stat(filepath.Join(kept, "someone-elses")); err != nil {
-		t.Errorf("a file the node did not create was removed: %v", err)
-	}
-}
-
 func TestUnescapeMount(t *testing.T) {
 	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/t\011ab`: "/t\tab", `/odd\`: `/odd\`} {
 		if got := unescapeMount(in); got != want {

@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
 
-func runMain(m *testing.M) int {
+func runMain(m *testing.M) (code int) {
 	if testing.Short() {
 		// The suite is all or nothing; -short would pass without running it.
 		fmt.Fprintln(os.Stderr, "the node e2e suite has no -short mode: run it whole, or not at all")
@@ -78,15 +78,40 @@ func runMain(m *testing.M) int {
 	}
 	cfg.RuntimeHandlers = map[string]string{unstoppableHandler: unstoppable.binary}
 
+	// The README's local-up and local-down first, on their own nodes.
+	updown, err := checkLocalUpDown(bin, state+"-updown")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(updown)
+	before, err := captureHost(state)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "recording the host: %v\n", err)
+		return 1
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	start := time.Now()
 	n, err := localnode.UpRuntime(ctx, cfg)
 	cancel()
-	// Whatever happens, the node goes: tests must leave nothing behind.
+	// Whatever happens, the node goes, and the host must be as it was.
 	defer func() {
 		if err := localnode.Down(cfg); err != nil {
 			fmt.Fprintf(os.Stderr, "removing the suite's node: %v\n", err)
+			code = 1
+			return
 		}
+		after, err := captureHost(state)
+		if err == nil {
+			err = hostUnchanged(before, after, "the suite")
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+			return
+		}
+		fmt.Println("after the suite the host's sysctls, mounts, cgroups, network devices, rules, node paths and processes were as before")
 	}()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the suite's node: %v\n", err)
@@ -94,7 +119,7 @@ func runMain(m *testing.M) int {
 	}
 	fmt.Printf("control plane and containerd up in %s (state %s)\n", time.Since(start).Round(time.Millisecond), state)
 	suite = n
-	code := m.Run()
+	code = m.Run()
 	report := results.table()
 	fmt.Println(report)
 	if err := os.WriteFile(*reportOut, []byte(report), 0o644); err != nil {

@@ -1,0 +1,89 @@
+package hoststate
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// maxListed bounds a directory listing, so that a busy directory cannot
+// make a record huge; a longer listing is recorded as cut.
+const maxListed = 5000
+
+// AddFiles records the paths below each of dirs (relative, sorted, each
+// with its type), and whether the directory exists: what a node run must
+// leave as it found it in the host directories it touches. skip names
+// paths (absolute) left out of the record.
+func (s State) AddFiles(dirs []string, skip ...string) {
+	for _, dir := range dirs {
+		var entries []string
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if p == dir {
+					return err
+				}
+				entries = append(entries, p+" unreadable")
+				return nil
+			}
+			if p == dir || slices.Contains(skip, p) {
+				return nil
+			}
+			if len(entries) >= maxListed {
+				entries = append(entries, "… cut")
+				return fs.SkipAll
+			}
+			rel, _ := filepath.Rel(dir, p)
+			entries = append(entries, rel+" "+d.Type().String())
+			return nil
+		})
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			s["files "+dir] = "absent"
+		case err != nil:
+			s["files "+dir] = "unreadable: " + err.Error()
+		default:
+			slices.Sort(entries)
+			s["files "+dir] = strings.Join(entries, "\n")
+		}
+	}
+}
+
+// AddProcesses records the processes that belong to a node: those in a
+// cgroup whose path holds cgroupMark, or whose command line holds one of
+// pathMarks (a state directory). Before a node starts and after it is
+// removed there must be none.
+func (s State) AddProcesses(cgroupMark string, pathMarks ...string) error {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return fmt.Errorf("listing processes: %w", err)
+	}
+	self := os.Getpid()
+	var found []string
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, err1 := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		cgroup, err2 := os.ReadFile(filepath.Join("/proc", p.Name(), "cgroup"))
+		if err1 != nil || err2 != nil {
+			continue // gone meanwhile
+		}
+		args := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+		mine := strings.Contains(string(cgroup), cgroupMark)
+		for _, m := range pathMarks {
+			mine = mine || strings.Contains(args, m)
+		}
+		if mine {
+			found = append(found, fmt.Sprintf("%d %s", pid, args))
+		}
+	}
+	slices.Sort(found)
+	s["processes of the node"] = strings.Join(found, "\n")
+	return nil
+}

@@ -1,0 +1,67 @@
+package hoststate
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestAddFilesSeesChanges(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	skipped := filepath.Join(dir, "lock")
+	before := State{}
+	before.AddFiles([]string{dir, missing}, skipped)
+	for _, f := range []string{"a/b", "lock"} {
+		if err := os.MkdirAll(filepath.Join(dir, f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := State{}
+	after.AddFiles([]string{dir, missing}, skipped)
+	if before["files "+missing] != "absent" {
+		t.Errorf("a missing directory is recorded as %q", before["files "+missing])
+	}
+	d := Diff(before, after)
+	if len(d) != 1 || !strings.Contains(d[0], "a/b d") || strings.Contains(d[0], "lock") {
+		t.Errorf("diff %q: want the new a/b and nothing about the skipped lock", d)
+	}
+}
+
+func TestAddProcessesFindsByCommandLine(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "state dir")
+	// argv[0] carries the mark into the command line.
+	if err := os.MkdirAll(mark, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sleep, filepath.Join(mark, "sleep")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(mark, "sleep"), "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	s := State{}
+	if err := s.AddProcesses("/no-such-cgroup-mark", mark); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(s["processes of the node"], mark) {
+		t.Errorf("processes %q: want the one naming %q", s["processes of the node"], mark)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	s = State{}
+	if err := s.AddProcesses("/no-such-cgroup-mark", mark); err != nil {
+		t.Fatal(err)
+	}
+	if s["processes of the node"] != "" {
+		t.Errorf("after the kill: %q", s["processes of the node"])
+	}
+}

@@ -1,0 +1,152 @@
+package localnode
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// The manifest (manifestFile in the state directory) records what a node
+// created, appended as it creates it, one entry a line: "state NAME" for an
+// entry of the state directory, "hostdir PATH" for a host directory made as
+// a mount point. Down removes what it lists and nothing else, so a state
+// directory or host path the node found in place is never removed.
+const manifestFile = "manifest"
+
+// stateEntries are what a node may create in its state directory, besides
+// the logs and the marker, which stay after Down: the directory remains
+// the node's.
+var stateEntries = []string{"run", "pki", "etcd", "apiserver", "containerd", "cni", "images", "kubelet", "mounts", "sysctl"}
+
+// mountPoints are the host directories the node's namespace mounts over:
+// the only host paths (and their parents) a node may create.
+var mountPoints = []string{"/run/containerd", "/run/netns", "/var/lib/cni", "/var/lib/kubelet"}
+
+// record appends entries of one kind to the manifest.
+func (l layout) record(kind string, values ...string) error {
+	f, err := os.OpenFile(l.path(manifestFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("recording what the node creates: %w", err)
+	}
+	var b strings.Builder
+	for _, v := range values {
+		fmt.Fprintf(&b, "%s %s\n", kind, v)
+	}
+	_, err = f.WriteString(b.String())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("recording what the node creates: %w", err)
+	}
+	return nil
+}
+
+// recordStateEntries records the state-directory entries this node will
+// create: those not already there (a node's earlier run recorded those).
+func (l layout) recordStateEntries() error {
+	var fresh []string
+	for _, e := range stateEntries {
+		if _, err := os.Lstat(l.path(e)); errors.Is(err, fs.ErrNotExist) {
+			fresh = append(fresh, e)
+		}
+	}
+	return l.record("state", fresh...)
+}
+
+// manifest holds the recorded entries, checked: a line that is not an
+// entry this package writes is an error, so that a damaged manifest makes
+// Down stop rather than remove the wrong thing.
+type manifest struct {
+	state    []string // names in the state directory
+	hostDirs []string // host directories, in creation order
+}
+
+func (l layout) readManifest() (manifest, error) {
+	var m manifest
+	f, err := os.Open(l.path(manifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, nil
+	}
+	if err != nil {
+		return m, fmt.Errorf("reading the node's manifest: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		kind, value, _ := strings.Cut(sc.Text(), " ")
+		switch {
+		case kind == "state" && slices.Contains(stateEntries, value):
+			m.state = append(m.state, value)
+		case kind == "hostdir" && mayCreateOnHost(value):
+			m.hostDirs = append(m.hostDirs, value)
+		default:
+			return m, fmt.Errorf("%s line %d: %q is not an entry a node records: nothing removed", l.path(manifestFile), line, sc.Text())
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return m, fmt.Errorf("reading the node's manifest: %w", err)
+	}
+	return m, nil
+}
+
+// mayCreateOnHost reports whether dir is one of mountPoints or a parent of
+// one, and no system directory.
+func mayCreateOnHost(dir string) bool {
+	if dir != filepath.Clean(dir) || !filepath.IsAbs(dir) || slices.Contains(systemDirs, dir) {
+		return false
+	}
+	return slices.ContainsFunc(mountPoints, func(mp string) bool { return mp == dir || strings.HasPrefix(mp, dir+"/") })
+}
+
+// hostDir makes a mount point on the host, recording each directory it
+// creates, so that Down removes exactly those again.
+func (n *Node) hostDir(dir string) error {
+	if !mayCreateOnHost(dir) {
+		return fmt.Errorf("mount point %s: not a path the node mounts over", dir)
+	}
+	var created []string
+	for p := dir; p != "/"; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		}
+		created = append(created, p)
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	slices.Reverse(created) // parents first, as they are made
+	// Recorded before they exist: an interrupted Up leaves no unrecorded
+	// directory behind.
+	if err := n.l.record("hostdir", created...); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating mount point %s: %w", dir, err)
+	}
+	return nil
+}
+
+// removeHostDirs removes the recorded host directories, deepest first, each
+// only if empty: what somebody else put in one (a system containerd's
+// state, say) keeps it, and its parents, in place.
+func removeHostDirs(dirs []string) error {
+	var errs []error
+	for _, d := range slices.Backward(dirs) {
+		err := os.Remove(d)
+		switch {
+		case err == nil, errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, syscall.ENOTEMPTY):
+			errs = append(errs, fmt.Errorf("%s was created by the local node but now holds entries it did not make: left in place", d))
+		default:
+			errs = append(errs, fmt.Errorf("removing %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,103 @@
+package localnode
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// checkHostFree checks, before a node starts, that nothing holds its ports,
+// bridge or cgroup root, so that these are reported as such rather than as
+// a component dying.
+func (n *Node) checkHostFree() error {
+	// A RuntimeOnly node's ports and bridge are in its own network.
+	if !n.cfg.RuntimeOnly {
+		if err := n.cfg.Ports.checkFree(); err != nil {
+			return err
+		}
+		if out, err := exec.Command("ip", "link", "show", BridgeName).CombinedOutput(); err == nil {
+			return fmt.Errorf("network device %s already exists, not made by this node: %s", BridgeName, strings.TrimSpace(string(out)))
+		}
+	}
+	if procs := cgroupProcs(CgroupRoot); len(procs) > 0 {
+		return fmt.Errorf("cgroup %s still holds processes %v, not started by this node", CgroupRoot, procs)
+	}
+	return nil
+}
+
+// ownerFile names, on the host, the state directory of the node that owns
+// the fixed-name resources; it is on tmpfs, so a reboot, which removes
+// those resources too, also removes it.
+const ownerFile = "/run/critlet-local-node.owner"
+
+// markerFile marks a state directory as a node's: Up claims no non-empty
+// directory, and Down touches none, without it. It stays after Down, with
+// the logs.
+const markerFile = ".critlet-local-node"
+
+// checkOwner refuses to start while another node owns the host's
+// fixed-name resources. An owner whose state directory no longer holds a
+// node (deleted while it ran, say) has its claim released if it left
+// nothing on the host; otherwise what is left is named, with the commands
+// that clear it.
+func (n *Node) checkOwner() error {
+	owner := hostOwner()
+	if owner == "" || owner == n.cfg.StateDir {
+		return nil
+	}
+	if _, err := os.Lstat(filepath.Join(owner, markerFile)); err == nil {
+		return fmt.Errorf("the local node under %s owns this host's node resources (cgroup %s, bridge %s); stop it first: local-node down -state %s", owner, CgroupRoot, BridgeName, owner)
+	}
+	left := hostLeftovers()
+	if len(left) == 0 {
+		fmt.Fprintf(os.Stderr, "local node: %s named %s, which no longer holds a local node and left nothing on this host: its claim is released\n", ownerFile, owner)
+		if err := os.Remove(ownerFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("releasing the claim of %s: %w", owner, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s names %s as the owner of this host's node resources, but that directory no longer holds a local node (no %s); left on this host: %s. "+
+		"To clear them, let that node's down find its directory again: mkdir -p %s && touch %s && local-node down -state %s "+
+		"(host directories it made as mount points, among %s, are not recorded any more: remove any that are empty and unused by hand)",
+		ownerFile, owner, markerFile, strings.Join(left, "; "), shellQuote(owner), shellQuote(filepath.Join(owner, markerFile)), shellQuote(owner), strings.Join(mountPoints, ", "))
+}
+
+// hostLeftovers describes the fixed-name node resources present on the
+// host: cgroups under CgroupRoot (and their processes), and the bridge.
+func hostLeftovers() []string {
+	var left []string
+	if dirs := cgroupDirs(CgroupRoot); len(dirs) > 0 {
+		left = append(left, fmt.Sprintf("%d cgroups under %s with processes %v", len(dirs), CgroupRoot, cgroupProcs(CgroupRoot)))
+	}
+	if err := exec.Command("ip", "link", "show", BridgeName).Run(); err == nil {
+		left = append(left, "network device "+BridgeName)
+	}
+	return left
+}
+
+func hostOwner() string {
+	b, err := os.ReadFile(ownerFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// claim marks the state directory as a node's, records what the node will
+// create in it, and marks the host's fixed-name resources as this node's.
+func (n *Node) claim() error {
+	if err := os.WriteFile(n.l.path(markerFile), []byte("critlet local node state directory (local-node up and down; down keeps the logs and this file)\n"), 0o644); err != nil {
+		return fmt.Errorf("marking the state directory: %w", err)
+	}
+	if err := n.l.recordStateEntries(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(ownerFile, []byte(n.cfg.StateDir+"\n"), 0o644); err != nil {
+		return fmt.Errorf("claiming the host's node resources: %w", err)
+	}
+	return nil
+}
