@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/critlet/critlet/internal/atomicfile"
 	"github.com/critlet/critlet/internal/overlay"
 	"github.com/critlet/critlet/pkg/patched"
 )
@@ -47,12 +48,8 @@ func run(upstream, repo, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return fmt.Errorf("creating output directory: %w", err)
 	}
-	tmp := out + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("writing overlay: %w", err)
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		return fmt.Errorf("writing overlay: %w", err)
+	if err := atomicfile.WriteFile(out, data, 0o644); err != nil {
+		return fmt.Errorf("overlay: %w", err)
 	}
 	return nil
 }

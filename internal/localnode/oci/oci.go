@@ -18,14 +18,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/critlet/critlet/internal/atomicfile"
 )
 
 // Media types and annotation keys from the OCI image specification and
@@ -182,38 +182,9 @@ func Write(w io.Writer, img Image) error {
 // WriteFile writes img to the archive at path. The archive is written to a
 // temporary file in the same directory and renamed into place, so a reader
 // such as ctr never sees a partial archive.
-func WriteFile(path string, img Image) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing image archive %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := Write(f, img); err != nil {
-		return fmt.Errorf("writing image archive %s: %w", path, err)
-	}
-	// CreateTemp makes the file 0600; the archive is not secret.
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("writing image archive %s: %w", path, err)
-	}
-	// Flush before the rename so a crash cannot leave an empty file under the
-	// final name.
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("writing image archive %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing image archive %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("writing image archive %s: %w", path, err)
+func WriteFile(path string, img Image) error {
+	if err := atomicfile.Write(path, 0o644, func(w io.Writer) error { return Write(w, img) }); err != nil {
+		return fmt.Errorf("image archive: %w", err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/critlet/critlet/internal/atomicfile"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -19,7 +20,7 @@ func WriteKubeconfig(path, server, caFile, certFile, keyFile, user string) error
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, data, privateKeyMode)
+	return atomicfile.WriteFile(path, data, privateKeyMode)
 }
 
 // ensureKubeconfig rewrites path unless it already holds exactly what

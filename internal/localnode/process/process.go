@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/critlet/critlet/internal/atomicfile"
 )
 
 // Spec describes one component.
@@ -100,7 +102,7 @@ func Start(spec Spec) (*Handle, error) {
 		return nil, fmt.Errorf("%s: exited at once: %w\n%s", spec.Name, err, Tail(spec.LogFile, 20))
 	}
 	h.Started = started
-	if err := writeFileAtomic(spec.PIDFile, fmt.Sprintf("%d %d %s\n", h.PID, h.Started, spec.LogFile)); err != nil {
+	if err := atomicfile.WriteFile(spec.PIDFile, []byte(fmt.Sprintf("%d %d %s\n", h.PID, h.Started, spec.LogFile)), 0o644); err != nil {
 		_ = cmd.Process.Kill()
 		<-h.done
 		return nil, fmt.Errorf("%s: %w", spec.Name, err)
@@ -263,15 +265,4 @@ func stat(pid int) (uint64, byte, error) {
 		return 0, 0, fmt.Errorf("malformed /proc/%d/stat: %w", pid, err)
 	}
 	return st, fields[0][0], nil
-}
-
-func writeFileAtomic(path, content string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }
