@@ -128,6 +128,8 @@ out=$(cd "$out" && pwd)
 case $mode in
   package)
     arch=$(go env GOARCH)
+    # Earlier builds' packages would stand beside this one's.
+    rm -f "$out"/kubelet-critlet_*.deb "$out"/kubelet-critlet-*.rpm
     [[ -x $bin/kubelet ]] || fail "$bin/kubelet is missing: make kubelet"
     release::licenses "$arch" "${root}/_output/release-licenses/${arch}"
     release::packages "$arch" "$bin/kubelet" "${root}/_output/release-licenses/${arch}" "$out"
@@ -137,7 +139,7 @@ case $mode in
       fail "the work tree has uncommitted changes: a release is built from a commit (CRITLET_ALLOW_DIRTY=1 overrides)"
     fi
     hack/install-release-deps.sh
-    rm -f "$out"/*.deb "$out"/*.rpm "$out"/*.tar.gz "$out/SHA256SUMS"
+    rm -f "$out"/kubelet-critlet_*.deb "$out"/kubelet-critlet-*.rpm "$out"/critlet-*.tar.gz "$out/SHA256SUMS"
     for arch in amd64 arm64; do
       kubelet=${root}/_output/release-bin/linux-${arch}/kubelet
       GOARCH=$arch hack/build-kubelet.sh patched "$kubelet" || fail "building the linux/$arch kubelet failed"
