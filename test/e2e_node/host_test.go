@@ -72,7 +72,7 @@ func checkLocalUpDown(bin, dir string) (string, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmd := exec.Command(filepath.Join(bin, "local-node"), "up", "-state", d, "-kubelet", filepath.Join(bin, "kubelet"))
+			cmd := exec.Command(filepath.Join(bin, "local-node"), "up", "-state", d, "-bin", bin, "-kubelet", filepath.Join(bin, "kubelet"))
 			results[i].out, results[i].err = cmd.CombinedOutput()
 		}()
 	}
