@@ -37,13 +37,23 @@ func (n *Node) startEtcd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, h, 60*time.Second, "healthy", n.etcdHealthy)
+	if err := waitFor(ctx, h, 60*time.Second, "healthy", n.etcdHealthy); err != nil {
+		return err
+	}
+	return checkListener(Etcd, n.cfg.Ports.EtcdClient, h.PID)
 }
 
 // etcdHealthy asks etcd's /health.
 func (n *Node) etcdHealthy(ctx context.Context) error {
-	url := "http://127.0.0.1:" + strconv.Itoa(n.cfg.Ports.EtcdClient) + "/health"
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	return httpOK(ctx, "http://127.0.0.1:"+strconv.Itoa(n.cfg.Ports.EtcdClient)+"/health")
+}
+
+// httpOK gets url and wants 200 OK.
+func httpOK(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
 	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
 	if err != nil {
 		return err
@@ -92,7 +102,10 @@ func (n *Node) startAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, h, 120*time.Second, "ready", n.apiServerReady)
+	if err := waitFor(ctx, h, 120*time.Second, "ready", n.apiServerReady); err != nil {
+		return err
+	}
+	return checkListener(APIServer, n.cfg.Ports.APIServer, h.PID)
 }
 
 // apiServerReady asks the API server's /readyz.

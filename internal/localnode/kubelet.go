@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -132,21 +131,17 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	// The Node may still say Ready from an earlier kubelet; only a heartbeat
 	// after this start counts (heartbeats have one-second resolution).
 	started := time.Now().Add(-time.Second)
-	return waitFor(ctx, h, 3*time.Minute, "node Ready", func(ctx context.Context) error { return n.nodeReady(ctx, started) })
+	if err := waitFor(ctx, h, 3*time.Minute, "node Ready", func(ctx context.Context) error { return n.nodeReady(ctx, started) }); err != nil {
+		return err
+	}
+	return checkListener(Kubelet, n.cfg.Ports.KubeletHealthz, h.PID)
 }
 
 // nodeReady asks the kubelet's healthz, then the API for the node's Ready
 // condition, with a heartbeat no older than since.
 func (n *Node) nodeReady(ctx context.Context, since time.Time) error {
-	healthz := "http://127.0.0.1:" + strconv.Itoa(n.cfg.Ports.KubeletHealthz) + "/healthz"
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
-	if err != nil {
+	if err := httpOK(ctx, "http://127.0.0.1:"+strconv.Itoa(n.cfg.Ports.KubeletHealthz)+"/healthz"); err != nil {
 		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", healthz, resp.Status)
 	}
 	node, err := n.client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {

@@ -200,9 +200,19 @@ func (n *Node) verifyRunning(ctx context.Context) error {
 	if n.cfg.RuntimeOnly {
 		checks = checks[2:]
 	}
+	ports := map[string]int{Etcd: n.cfg.Ports.EtcdClient, APIServer: n.cfg.Ports.APIServer}
 	for _, c := range checks {
 		if err := n.waitRunning(ctx, c.name, 30*time.Second, c.what, c.check); err != nil {
 			return err
+		}
+		if port, ok := ports[c.name]; ok {
+			ref, _, err := process.Read(c.name, n.l.pidFile(c.name))
+			if err != nil {
+				return err
+			}
+			if err := checkListener(c.name, port, ref.PID); err != nil {
+				return err
+			}
 		}
 	}
 	missing, err := n.missingImages(ctx)

@@ -62,6 +62,12 @@ func checkLocalUpDown(bin, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// A directory may hold an earlier run's logs and marker.
+	listings := map[string]hoststate.State{}
+	for _, d := range dirs {
+		listings[d] = hoststate.State{}
+		listings[d].AddFiles([]string{d})
+	}
 	type result struct {
 		out []byte
 		err error
@@ -90,8 +96,13 @@ func checkLocalUpDown(bin, dir string) (string, error) {
 	if len(up) != 1 || len(refused) != 1 {
 		errs = append(errs, fmt.Errorf("two concurrent ups: want one node up and one refused, got\n%s: %v\n%s\n%s: %v\n%s",
 			dirs[0], results[0].err, results[0].out, dirs[1], results[1].err, results[1].out))
-	} else if _, err := os.Stat(dirs[refused[0]]); !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("the refused up created %s", dirs[refused[0]]))
+	} else {
+		d := dirs[refused[0]]
+		now := hoststate.State{}
+		now.AddFiles([]string{d})
+		if diff := hoststate.Diff(listings[d], now); len(diff) > 0 {
+			errs = append(errs, fmt.Errorf("the refused up changed %s:\n  %s", d, strings.Join(diff, "\n  ")))
+		}
 	}
 	for _, d := range dirs {
 		errs = append(errs, downIfNode(bin, d))
