@@ -6,6 +6,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // hostLockFile serialises Up and Down of every node on the host: the
@@ -18,7 +20,7 @@ var hostLockFile = "/run/critlet-local-node.lock"
 var hostLockWait = 10 * time.Minute
 
 // withHostLock runs fn holding the host's exclusive lock.
-func withHostLock(fn func() error) error {
+func withHostLock(log logr.Logger, fn func() error) error {
 	f, err := os.OpenFile(hostLockFile, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("opening the host's local-node lock: %w", err)
@@ -38,7 +40,7 @@ func withHostLock(fn func() error) error {
 			return fmt.Errorf("another local-node up or down has held %s for %s: let it finish, or find it with fuser %s", hostLockFile, hostLockWait, hostLockFile)
 		}
 		if !waiting {
-			fmt.Fprintf(os.Stderr, "local node: waiting for another local-node up or down to finish (%s)\n", hostLockFile)
+			log.Info("Waiting for another local-node up or down to finish", "lock", hostLockFile)
 			waiting = true
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -48,9 +50,9 @@ func withHostLock(fn func() error) error {
 }
 
 // lockedUp runs a start-up under the host lock.
-func lockedUp(start func() (*Node, error)) (*Node, error) {
+func lockedUp(log logr.Logger, start func() (*Node, error)) (*Node, error) {
 	var n *Node
-	err := withHostLock(func() error {
+	err := withHostLock(log, func() error {
 		var err error
 		n, err = start()
 		return err

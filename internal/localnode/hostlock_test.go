@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // The package's tests lock a file of their own, not the host's.
@@ -29,7 +31,7 @@ func TestHostLockExcludes(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := withHostLock(func() error {
+			if err := withHostLock(logr.Discard(), func() error {
 				mu.Lock()
 				inside++
 				if inside > 1 {
@@ -56,9 +58,9 @@ func TestHostLockExcludes(t *testing.T) {
 	defer func() { hostLockWait = 10 * time.Minute }()
 	release := make(chan struct{})
 	held := make(chan struct{})
-	go withHostLock(func() error { close(held); <-release; return nil })
+	go withHostLock(logr.Discard(), func() error { close(held); <-release; return nil })
 	<-held
-	if err := withHostLock(func() error { return nil }); err == nil {
+	if err := withHostLock(logr.Discard(), func() error { return nil }); err == nil {
 		t.Error("a second holder got the lock while the first held it")
 	}
 	close(release)

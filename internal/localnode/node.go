@@ -61,7 +61,7 @@ var components = []string{Etcd, APIServer, Containerd, Kubelet}
 // running under cfg.StateDir is left as it is if every component is alive;
 // otherwise its remains are removed first.
 func Up(ctx context.Context, cfg Config) (*Node, error) {
-	return lockedUp(func() (*Node, error) { return up(ctx, cfg) })
+	return lockedUp(cfg.logger(), func() (*Node, error) { return up(ctx, cfg) })
 }
 
 func up(ctx context.Context, cfg Config) (*Node, error) {
@@ -78,12 +78,12 @@ func up(ctx context.Context, cfg Config) (*Node, error) {
 			if err := n.waitRunning(ctx, Kubelet, time.Minute, "node Ready", func(ctx context.Context) error { return n.nodeReady(ctx, time.Time{}) }); err != nil {
 				return nil, err
 			}
-			fmt.Fprintf(os.Stderr, "local node: already running under %s, node Ready\n", cfg.StateDir)
+			n.cfg.Log.Info("Local node already running, node Ready", "state", cfg.StateDir)
 			return n, nil
 		}
 		// Another binary, a rebuilt one, or other flags: restart the kubelet
 		// on the same node, as an upgrade would.
-		fmt.Fprintf(os.Stderr, "local node: restarting the kubelet as %s %v (the running one differs or has been rebuilt)\n", n.cfg.Kubelet, n.cfg.KubeletFlags)
+		n.cfg.Log.Info("Restarting the kubelet: the running one differs or has been rebuilt", "kubelet", n.cfg.Kubelet, "flags", n.cfg.KubeletFlags)
 		if err := n.StopKubelet(); err != nil {
 			return nil, err
 		}
@@ -97,7 +97,7 @@ func up(ctx context.Context, cfg Config) (*Node, error) {
 // UpRuntime starts everything but the kubelet: etcd, kube-apiserver and
 // containerd, or containerd alone for a RuntimeOnly node.
 func UpRuntime(ctx context.Context, cfg Config) (*Node, error) {
-	return lockedUp(func() (*Node, error) { return upRuntime(ctx, cfg) })
+	return lockedUp(cfg.logger(), func() (*Node, error) { return upRuntime(ctx, cfg) })
 }
 
 func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
@@ -127,8 +127,7 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	if len(stale) > 0 || (len(alive) > 0 && !n.allAlive(alive)) {
 		// A crash or an interrupted Up: clear what is left, then start
 		// afresh.
-		fmt.Fprintf(os.Stderr, "local node: removing the remains of an earlier run in %s (running: %s; dead: %s)\n",
-			cfg.StateDir, listOrNone(alive), listOrNone(stale))
+		n.cfg.Log.Info("Removing the remains of an earlier run", "state", cfg.StateDir, "running", listOrNone(alive), "dead", listOrNone(stale))
 		if err := down(cfg); err != nil {
 			return nil, fmt.Errorf("clearing the earlier run: %w", err)
 		}
@@ -220,7 +219,7 @@ func (n *Node) verifyRunning(ctx context.Context) error {
 		return err
 	}
 	if len(missing) > 0 {
-		fmt.Fprintf(os.Stderr, "local node: containerd lacks %s: importing the images again\n", strings.Join(missing, ", "))
+		n.cfg.Log.Info("Importing images containerd lacks", "images", missing)
 		return n.importImages(ctx)
 	}
 	return nil
@@ -380,7 +379,7 @@ func (p Ports) checkFree() error {
 func (n *Node) start(spec process.Spec) (*process.Handle, error) {
 	spec.LogFile = n.l.log(spec.Name)
 	spec.PIDFile = n.l.pidFile(spec.Name)
-	fmt.Fprintf(os.Stderr, "local node: starting %s (log %s)\n", spec.Name, spec.LogFile)
+	n.cfg.Log.Info("Starting component", "component", spec.Name, "log", spec.LogFile)
 	return process.Start(spec)
 }
 

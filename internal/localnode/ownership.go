@@ -54,7 +54,7 @@ func (n *Node) checkOwner() error {
 	}
 	left := hostLeftovers()
 	if len(left) == 0 {
-		fmt.Fprintf(os.Stderr, "local node: %s named %s, which no longer holds a local node and left nothing on this host: its claim is released\n", ownerFile, owner)
+		n.cfg.Log.Info("Releasing the claim of a node that is gone and left nothing on this host", "ownerFile", ownerFile, "owner", owner)
 		if err := os.Remove(ownerFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("releasing the claim of %s: %w", owner, err)
 		}

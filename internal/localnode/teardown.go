@@ -18,7 +18,7 @@ import (
 // on after a failed step, so that one stuck piece does not leave the rest
 // behind, and reports every failure.
 func Down(cfg Config) error {
-	return withHostLock(func() error { return down(cfg) })
+	return withHostLock(cfg.logger(), func() error { return down(cfg) })
 }
 
 func down(cfg Config) error {
@@ -59,7 +59,7 @@ func down(cfg Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	if err := n.removeSandboxes(ctx); err != nil {
 		// Not fatal: what the runtime cannot remove is killed below.
-		fmt.Fprintf(os.Stderr, "local node: removing pod sandboxes through CRI: %v\n", err)
+		n.cfg.Log.Info("Removing pod sandboxes through CRI failed; their processes are killed instead", "err", err)
 	}
 	cancel()
 	stop(Containerd, 10*time.Second)

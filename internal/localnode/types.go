@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 )
 
 // Ports are the loopback ports the node listens on. They avoid the stock
@@ -60,6 +63,8 @@ type Config struct {
 	// processes must not find: each is covered by an empty, non-executable
 	// file in the node's mount namespace.
 	HiddenCommands []string
+	// Log receives the node's progress; the zero value logs through klog.
+	Log logr.Logger
 }
 
 // NodeIP is the node's address inside a RuntimeOnly node's network
@@ -136,6 +141,14 @@ func (c Config) AdminKubeconfig() string {
 // LogFile is the log of a component.
 func (c Config) LogFile(component string) string { return layout{c.StateDir}.log(component) }
 
+// logger is c.Log, or klog's logger when none is set.
+func (c Config) logger() logr.Logger {
+	if c.Log.GetSink() == nil {
+		return klog.Background()
+	}
+	return c.Log
+}
+
 func (c Config) withDefaults() (Config, error) {
 	if !filepath.IsAbs(c.StateDir) {
 		return c, fmt.Errorf("state directory %q is not absolute", c.StateDir)
@@ -149,5 +162,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RuntimeRequestTimeout == 0 {
 		c.RuntimeRequestTimeout = 2 * time.Minute
 	}
+	c.Log = c.logger()
 	return c, nil
 }
