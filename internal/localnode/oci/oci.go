@@ -11,8 +11,6 @@ package oci
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,22 +24,14 @@ import (
 	"time"
 
 	"github.com/critlet/critlet/internal/atomicfile"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
-// Media types and annotation keys from the OCI image specification and
-// containerd.
-const (
-	MediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
-	MediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
-	MediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
-	MediaTypeLayer    = "application/vnd.oci.image.layer.v1.tar"
-
-	// AnnotationImageName is the full reference containerd registers the
-	// image under on import.
-	AnnotationImageName = "io.containerd.image.name"
-	// AnnotationRefName is the OCI layout's reference: the tag alone.
-	AnnotationRefName = "org.opencontainers.image.ref.name"
-)
+// AnnotationImageName is the full reference containerd registers an image
+// under on import (the OCI layout's own ref.name holds the tag alone).
+const AnnotationImageName = "io.containerd.image.name"
 
 // File is one entry of the image's filesystem.
 //
@@ -97,46 +87,51 @@ func Write(w io.Writer, img Image) error {
 	if err != nil {
 		return fmt.Errorf("image %s: %w", name, err)
 	}
-	layerDesc := describe(MediaTypeLayer, layer)
+	layerDesc := describe(ocispec.MediaTypeImageLayer, layer)
+	plat := ocispec.Platform{Architecture: runtime.GOARCH, OS: "linux"}
 
-	cfg, err := json.Marshal(imageConfig{
-		Architecture: runtime.GOARCH,
-		OS:           "linux",
-		Config: runConfig{
+	cfg, err := json.Marshal(ocispec.Image{
+		Platform: plat,
+		Config: ocispec.ImageConfig{
 			Entrypoint: img.Entrypoint,
 			Cmd:        img.Cmd,
 			Env:        img.Env,
 		},
-		RootFS: rootFS{Type: "layers", DiffIDs: []string{layerDesc.Digest}},
+		// The layer is not compressed: its digest is its diff ID.
+		RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layerDesc.Digest}},
 	})
 	if err != nil {
 		return fmt.Errorf("image %s: encoding config: %w", name, err)
 	}
-	cfgDesc := describe(MediaTypeConfig, cfg)
+	cfgDesc := describe(ocispec.MediaTypeImageConfig, cfg)
 
-	mf, err := json.Marshal(manifest{
-		SchemaVersion: 2,
-		MediaType:     MediaTypeManifest,
-		Config:        cfgDesc,
-		Layers:        []descriptor{layerDesc},
+	mf, err := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    cfgDesc,
+		Layers:    []ocispec.Descriptor{layerDesc},
 	})
 	if err != nil {
 		return fmt.Errorf("image %s: encoding manifest: %w", name, err)
 	}
-	mfDesc := describe(MediaTypeManifest, mf)
+	mfDesc := describe(ocispec.MediaTypeImageManifest, mf)
 	mfDesc.Annotations = map[string]string{
-		AnnotationImageName: name,
-		AnnotationRefName:   tag,
+		AnnotationImageName:       name,
+		ocispec.AnnotationRefName: tag,
 	}
-	mfDesc.Platform = &platform{Architecture: runtime.GOARCH, OS: "linux"}
+	mfDesc.Platform = &plat
 
-	idx, err := json.Marshal(index{
-		SchemaVersion: 2,
-		MediaType:     MediaTypeIndex,
-		Manifests:     []descriptor{mfDesc},
+	idx, err := json.Marshal(ocispec.Index{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageIndex,
+		Manifests: []ocispec.Descriptor{mfDesc},
 	})
 	if err != nil {
 		return fmt.Errorf("image %s: encoding index: %w", name, err)
+	}
+	layout, err := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
+	if err != nil {
+		return fmt.Errorf("image %s: encoding layout: %w", name, err)
 	}
 
 	tw := tar.NewWriter(w)
@@ -144,10 +139,10 @@ func Write(w io.Writer, img Image) error {
 		name string
 		data []byte
 	}{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"index.json", idx},
-		{"blobs/", nil},
-		{"blobs/sha256/", nil},
+		{ocispec.ImageLayoutFile, layout},
+		{ocispec.ImageIndexFile, idx},
+		{ocispec.ImageBlobsDir + "/", nil},
+		{ocispec.ImageBlobsDir + "/sha256/", nil},
 	}
 	blobs := []struct {
 		name string
@@ -189,61 +184,12 @@ func WriteFile(path string, img Image) error {
 	return nil
 }
 
-type descriptor struct {
-	MediaType   string            `json:"mediaType"`
-	Digest      string            `json:"digest"`
-	Size        int64             `json:"size"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-	Platform    *platform         `json:"platform,omitempty"`
+func describe(mediaType string, data []byte) ocispec.Descriptor {
+	return ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(data), Size: int64(len(data))}
 }
 
-type platform struct {
-	Architecture string `json:"architecture"`
-	OS           string `json:"os"`
-}
-
-type index struct {
-	SchemaVersion int          `json:"schemaVersion"`
-	MediaType     string       `json:"mediaType"`
-	Manifests     []descriptor `json:"manifests"`
-}
-
-type manifest struct {
-	SchemaVersion int          `json:"schemaVersion"`
-	MediaType     string       `json:"mediaType"`
-	Config        descriptor   `json:"config"`
-	Layers        []descriptor `json:"layers"`
-}
-
-type imageConfig struct {
-	Architecture string    `json:"architecture"`
-	OS           string    `json:"os"`
-	Config       runConfig `json:"config"`
-	RootFS       rootFS    `json:"rootfs"`
-}
-
-type runConfig struct {
-	Env        []string `json:"Env,omitempty"`
-	Entrypoint []string `json:"Entrypoint,omitempty"`
-	Cmd        []string `json:"Cmd,omitempty"`
-}
-
-type rootFS struct {
-	Type    string   `json:"type"`
-	DiffIDs []string `json:"diff_ids"`
-}
-
-func describe(mediaType string, data []byte) descriptor {
-	sum := sha256.Sum256(data)
-	return descriptor{
-		MediaType: mediaType,
-		Digest:    "sha256:" + hex.EncodeToString(sum[:]),
-		Size:      int64(len(data)),
-	}
-}
-
-func blobPath(d descriptor) string {
-	return "blobs/sha256/" + strings.TrimPrefix(d.Digest, "sha256:")
+func blobPath(d ocispec.Descriptor) string {
+	return path.Join(ocispec.ImageBlobsDir, d.Digest.Algorithm().String(), d.Digest.Encoded())
 }
 
 // entry is a layer member after validation, keyed by its cleaned path.

@@ -15,15 +15,18 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // archive is a written image read back, with every reference checked.
 type archive struct {
 	names    []string // outer entries in archive order
 	files    map[string][]byte
-	index    index
-	manifest manifest
-	config   imageConfig
+	index    ocispec.Index
+	manifest ocispec.Manifest
+	config   ocispec.Image
 	layer    []*tar.Header // layer entries in order
 	contents map[string]string
 }
@@ -64,16 +67,16 @@ func readArchive(t *testing.T, data []byte) archive {
 		}
 	}
 	unmarshal(t, a.files["index.json"], &a.index)
-	if a.index.SchemaVersion != 2 || a.index.MediaType != MediaTypeIndex || len(a.index.Manifests) != 1 {
-		t.Fatalf("index = %+v, want schema 2, %s, one manifest", a.index, MediaTypeIndex)
+	if a.index.SchemaVersion != 2 || a.index.MediaType != ocispec.MediaTypeImageIndex || len(a.index.Manifests) != 1 {
+		t.Fatalf("index = %+v, want schema 2, %s, one manifest", a.index, ocispec.MediaTypeImageIndex)
 	}
-	unmarshal(t, blob(t, a, a.index.Manifests[0], MediaTypeManifest), &a.manifest)
-	if a.manifest.SchemaVersion != 2 || a.manifest.MediaType != MediaTypeManifest || len(a.manifest.Layers) != 1 {
-		t.Fatalf("manifest = %+v, want schema 2, %s, one layer", a.manifest, MediaTypeManifest)
+	unmarshal(t, blob(t, a, a.index.Manifests[0], ocispec.MediaTypeImageManifest), &a.manifest)
+	if a.manifest.SchemaVersion != 2 || a.manifest.MediaType != ocispec.MediaTypeImageManifest || len(a.manifest.Layers) != 1 {
+		t.Fatalf("manifest = %+v, want schema 2, %s, one layer", a.manifest, ocispec.MediaTypeImageManifest)
 	}
-	unmarshal(t, blob(t, a, a.manifest.Config, MediaTypeConfig), &a.config)
-	layer := blob(t, a, a.manifest.Layers[0], MediaTypeLayer)
-	if want := []string{a.manifest.Layers[0].Digest}; !reflect.DeepEqual(a.config.RootFS.DiffIDs, want) || a.config.RootFS.Type != "layers" {
+	unmarshal(t, blob(t, a, a.manifest.Config, ocispec.MediaTypeImageConfig), &a.config)
+	layer := blob(t, a, a.manifest.Layers[0], ocispec.MediaTypeImageLayer)
+	if want := []digest.Digest{a.manifest.Layers[0].Digest}; !reflect.DeepEqual(a.config.RootFS.DiffIDs, want) || a.config.RootFS.Type != "layers" {
 		t.Errorf("rootfs = %+v, want layers with diff_ids %v", a.config.RootFS, want)
 	}
 	if got := len(a.files); got != 5 {
@@ -101,13 +104,13 @@ func readArchive(t *testing.T, data []byte) archive {
 }
 
 // blob returns the content d points at after checking its media type and size.
-func blob(t *testing.T, a archive, d descriptor, mediaType string) []byte {
+func blob(t *testing.T, a archive, d ocispec.Descriptor, mediaType string) []byte {
 	t.Helper()
 	if d.MediaType != mediaType {
 		t.Errorf("descriptor %s has media type %s, want %s", d.Digest, d.MediaType, mediaType)
 	}
-	b, ok := a.files["blobs/sha256/"+strings.TrimPrefix(d.Digest, "sha256:")]
-	if !ok || !strings.HasPrefix(d.Digest, "sha256:") {
+	b, ok := a.files["blobs/sha256/"+d.Digest.Encoded()]
+	if !ok || d.Digest.Algorithm() != digest.SHA256 {
 		t.Fatalf("no blob for descriptor %+v", d)
 	}
 	if int64(len(b)) != d.Size {
@@ -163,7 +166,7 @@ func TestWrite(t *testing.T) {
 		img        Image
 		wantName   string
 		wantTag    string
-		wantConfig runConfig
+		wantConfig ocispec.ImageConfig
 		wantLayer  []layerEntry
 	}{
 		{
@@ -171,7 +174,7 @@ func TestWrite(t *testing.T) {
 			img:        pauseImage(),
 			wantName:   "critlet.local/pause:1",
 			wantTag:    "1",
-			wantConfig: runConfig{Entrypoint: []string{"/pause"}, Env: []string{"PATH=/usr/bin:/bin"}},
+			wantConfig: ocispec.ImageConfig{Entrypoint: []string{"/pause"}, Env: []string{"PATH=/usr/bin:/bin"}},
 			wantLayer:  []layerEntry{{"pause", tar.TypeReg, 0o755, "", "binary"}},
 		},
 		{
@@ -192,7 +195,7 @@ func TestWrite(t *testing.T) {
 			},
 			wantName:   "localhost:5000/tools/box:latest",
 			wantTag:    "latest",
-			wantConfig: runConfig{Entrypoint: []string{"/bin/sh"}, Cmd: []string{"-c", "true"}},
+			wantConfig: ocispec.ImageConfig{Entrypoint: []string{"/bin/sh"}, Cmd: []string{"-c", "true"}},
 			wantLayer: []layerEntry{
 				{"bin/", tar.TypeDir, 0o755, "", ""},
 				{"bin/sh", tar.TypeSymlink, 0o777, "../usr/bin/tool", ""},
@@ -221,7 +224,7 @@ func TestWrite(t *testing.T) {
 			},
 			wantName:   "critlet.local/a/b:v1.2_x",
 			wantTag:    "v1.2_x",
-			wantConfig: runConfig{Cmd: []string{"/secret/run"}},
+			wantConfig: ocispec.ImageConfig{Cmd: []string{"/secret/run"}},
 			wantLayer: []layerEntry{
 				{"secret/", tar.TypeDir, 0o700, "", ""},
 				{"secret/run", tar.TypeReg, 0o700, "", "r"},
@@ -232,14 +235,14 @@ func TestWrite(t *testing.T) {
 			img:        Image{Name: "pause:3.10", Cmd: []string{"/pause"}},
 			wantName:   "docker.io/library/pause:3.10",
 			wantTag:    "3.10",
-			wantConfig: runConfig{Cmd: []string{"/pause"}},
+			wantConfig: ocispec.ImageConfig{Cmd: []string{"/pause"}},
 		},
 		{
 			name:       "name without registry host",
 			img:        Image{Name: "critlet/pause", Cmd: []string{"/pause"}},
 			wantName:   "docker.io/critlet/pause:latest",
 			wantTag:    "latest",
-			wantConfig: runConfig{Cmd: []string{"/pause"}},
+			wantConfig: ocispec.ImageConfig{Cmd: []string{"/pause"}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,11 +252,11 @@ func TestWrite(t *testing.T) {
 			}
 			a := readArchive(t, buf.Bytes())
 
-			wantAnn := map[string]string{AnnotationImageName: tc.wantName, AnnotationRefName: tc.wantTag}
+			wantAnn := map[string]string{AnnotationImageName: tc.wantName, ocispec.AnnotationRefName: tc.wantTag}
 			if got := a.index.Manifests[0].Annotations; !reflect.DeepEqual(got, wantAnn) {
 				t.Errorf("manifest annotations = %v, want %v", got, wantAnn)
 			}
-			if p := a.index.Manifests[0].Platform; p == nil || *p != (platform{runtime.GOARCH, "linux"}) {
+			if p := a.index.Manifests[0].Platform; p == nil || !reflect.DeepEqual(*p, ocispec.Platform{Architecture: runtime.GOARCH, OS: "linux"}) {
 				t.Errorf("manifest platform = %+v, want linux/%s", p, runtime.GOARCH)
 			}
 			if a.config.Architecture != runtime.GOARCH || a.config.OS != "linux" {
