@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"testing"
@@ -19,10 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/critlet/critlet/test/e2e_node/deviceplugin"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	devicepluginstub "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 )
 
 // The pods of upstream's critical-pod node e2e: a critical pod needing the
@@ -205,12 +209,8 @@ func TestMaxPods(t *testing.T) {
 func TestDevicePluginResource(t *testing.T) {
 	const widget = v1.ResourceName("critlet.example/widget")
 	runScenario(t, "6 device-plugin resource", scenarioOptions{}, func(e *env) {
-		plugin, err := deviceplugin.Start(e.ctx, deviceplugin.Config{Dir: suite.Config().DevicePluginDir(), ResourceName: string(widget), Devices: 2})
-		if err != nil {
-			e.t.Fatalf("starting the device plugin: %v", err)
-		}
-		defer plugin.Stop()
-		err = wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		allocated := e.startDevicePlugin(string(widget), "widget-0", "widget-1")
+		err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			n, err := e.c.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
@@ -229,7 +229,7 @@ func TestDevicePluginResource(t *testing.T) {
 		p := e.create(s)
 		cur := e.waitPhase(p, 2*time.Minute, v1.PodRunning, v1.PodFailed, v1.PodSucceeded)
 		e.note("critical pod: %s %s", cur.Status.Phase, cur.Status.Reason)
-		e.note("devices allocated by the plugin: %v", plugin.Allocated())
+		e.note("devices allocated by the plugin: %v", allocated())
 		if cur.Status.Phase != v1.PodFailed || cur.Status.Reason != "UnexpectedAdmissionError" {
 			e.t.Errorf("critical pod needing a held device: %s %q (%s), want Failed UnexpectedAdmissionError: device allocation runs before preemption", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
 		}
@@ -358,6 +358,50 @@ func (e *env) priorityPolicy(byPriority bool) {
 	if !e.kubelet.stock() {
 		e.expectPreemptorEvent(crit, "PreemptedForAdmission")
 		e.expectSettingsLogged(`policy="` + policy + `"`)
+	}
+}
+
+// startDevicePlugin serves devices of resource with upstream's device-plugin
+// stub (the one upstream's node e2e uses), registered with the node's
+// kubelet, until the scenario ends. It returns the device IDs the kubelet
+// has had allocated so far.
+func (e *env) startDevicePlugin(resource string, ids ...string) (allocated func() []string) {
+	e.t.Helper()
+	dir := suite.Config().DevicePluginDir()
+	var devs []*pluginapi.Device
+	for _, id := range ids {
+		devs = append(devs, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
+	}
+	logger := klog.Background()
+	stub := devicepluginstub.NewDevicePluginStub(logger, devs, filepath.Join(dir, "critlet-e2e.sock"), resource, false, false)
+	var mu sync.Mutex
+	var got []string
+	stub.SetAllocFunc(func(r *pluginapi.AllocateRequest, _ map[string]*pluginapi.Device) (*pluginapi.AllocateResponse, error) {
+		resp := &pluginapi.AllocateResponse{}
+		for _, c := range r.ContainerRequests {
+			mu.Lock()
+			got = append(got, c.DevicesIds...)
+			mu.Unlock()
+			resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{})
+		}
+		return resp, nil
+	})
+	if err := stub.Start(e.ctx); err != nil {
+		e.t.Fatalf("starting the device plugin: %v", err)
+	}
+	e.t.Cleanup(func() {
+		if err := stub.Stop(logger); err != nil {
+			e.t.Errorf("stopping the device plugin: %v", err)
+		}
+	})
+	// The kubelet's socket, as the host sees its device-plugin directory.
+	if err := stub.Register(e.ctx, filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket)), resource, dir); err != nil {
+		e.t.Fatalf("registering the device plugin: %v", err)
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
 	}
 }
 
