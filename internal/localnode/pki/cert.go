@@ -3,21 +3,19 @@ package pki
 import (
 	"bytes"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"path/filepath"
 	"slices"
 	"time"
 
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+	kubeadmapi "k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm"
+	"k8s.io/kubernetes/cmd/kubeadm/app/util/pkiutil"
 )
 
 var (
@@ -130,82 +128,43 @@ func ipStrings(ips []net.IP) []string {
 	return out
 }
 
+// newCA makes the CA as kubeadm makes a cluster's (pkiutil), with an ECDSA
+// key and this node's validity.
 func newCA(now time.Time) (*pair, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, key, err := pkiutil.NewCertificateAuthority(&pkiutil.CertConfig{
+		Config:              certutil.Config{CommonName: caCommonName, NotBefore: now.Add(-backdate)},
+		NotAfter:            now.Add(caValidity),
+		EncryptionAlgorithm: kubeadmapi.EncryptionAlgorithmECDSAP256,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("pki: generating CA key: %w", err)
-	}
-	serial, err := newSerial()
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: caCommonName},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              now.Add(caValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		// It signs only leaves; no intermediate can be slipped in below it.
-		MaxPathLenZero: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, fmt.Errorf("pki: signing CA certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("pki: parsing new CA certificate: %w", err)
+		return nil, fmt.Errorf("pki: making the CA: %w", err)
 	}
 	return &pair{cert: cert, key: key}, nil
 }
 
+// newLeaf signs a certificate for spec with a new key, as kubeadm signs
+// its certificates (pkiutil).
 func newLeaf(ca *pair, spec leafSpec, now time.Time) (*pair, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := newSerial()
-	if err != nil {
-		return nil, err
-	}
 	// A leaf outliving its CA would only look valid.
 	notAfter := now.Add(leafValidity)
 	if notAfter.After(ca.cert.NotAfter) {
 		notAfter = ca.cert.NotAfter
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: spec.commonName, Organization: spec.orgs},
-		NotBefore:    now.Add(-backdate),
-		NotAfter:     notAfter,
-		// ECDSA keys only sign; KeyEncipherment is for RSA key exchange.
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{spec.usage},
-		BasicConstraintsValid: true,
-		DNSNames:              spec.dnsNames,
-		IPAddresses:           spec.ips,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
+	cert, key, err := pkiutil.NewCertAndKey(ca.cert, ca.key, &pkiutil.CertConfig{
+		Config: certutil.Config{
+			CommonName:   spec.commonName,
+			Organization: spec.orgs,
+			AltNames:     certutil.AltNames{DNSNames: spec.dnsNames, IPs: spec.ips},
+			Usages:       []x509.ExtKeyUsage{spec.usage},
+			NotBefore:    now.Add(-backdate),
+		},
+		NotAfter:            notAfter,
+		EncryptionAlgorithm: kubeadmapi.EncryptionAlgorithmECDSAP256,
+	})
 	if err != nil {
 		return nil, err
 	}
 	return &pair{cert: cert, key: key}, nil
-}
-
-// newSerial returns a random positive serial number of 128 bits, well above
-// the 64 bits of entropy CAs are expected to use.
-func newSerial() (*big.Int, error) {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	if err != nil {
-		return nil, fmt.Errorf("pki: generating serial number: %w", err)
-	}
-	return n.Add(n, big.NewInt(1)), nil
 }
 
 // loadPair reads a certificate and its key. It returns a nil pair, and no
@@ -277,6 +236,5 @@ func (s *Set) writePair(certFile, keyFile string, p *pair) error {
 	if err := s.write(keyFile, keyPEM, privateKeyMode); err != nil {
 		return err
 	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.cert.Raw})
-	return s.write(certFile, certPEM, publicFileMode)
+	return s.write(certFile, pkiutil.EncodeCertPEM(p.cert), publicFileMode)
 }

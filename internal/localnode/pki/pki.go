@@ -79,8 +79,6 @@ const (
 	// backdate tolerates clocks of other processes or machines that run a
 	// little behind the one that signed.
 	backdate = time.Hour
-
-	serviceAccountRSAKeyBits = 2048
 )
 
 // Set holds the absolute paths of the files Ensure manages.

@@ -2,13 +2,12 @@ package pki
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
+	"crypto"
 	"fmt"
 
 	"k8s.io/client-go/util/keyutil"
+	kubeadmapi "k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm"
+	"k8s.io/kubernetes/cmd/kubeadm/app/util/pkiutil"
 )
 
 // ensureServiceAccountKey keeps the signing key whenever it parses, since a
@@ -19,7 +18,7 @@ func (s *Set) ensureServiceAccountKey() error {
 	if err != nil {
 		return err
 	}
-	var pub any
+	var pub crypto.PublicKey
 	if key, err := parseKey(keyPEM); err == nil {
 		if err := restrictKey(s.ServiceAccountKeyFile); err != nil {
 			return err
@@ -28,7 +27,7 @@ func (s *Set) ensureServiceAccountKey() error {
 	} else {
 		// RSA rather than ECDSA: RS256 is the one algorithm every
 		// verifier of service-account tokens supports.
-		key, err := rsa.GenerateKey(rand.Reader, serviceAccountRSAKeyBits)
+		key, err := pkiutil.NewPrivateKey(kubeadmapi.EncryptionAlgorithmRSA2048)
 		if err != nil {
 			return fmt.Errorf("pki: generating %s: %w", serviceAccountKeyName, err)
 		}
@@ -42,11 +41,10 @@ func (s *Set) ensureServiceAccountKey() error {
 		pub = key.Public()
 	}
 
-	der, err := x509.MarshalPKIXPublicKey(pub)
+	want, err := pkiutil.EncodePublicKeyPEM(pub)
 	if err != nil {
 		return fmt.Errorf("pki: encoding %s: %w", serviceAccountPubKeyName, err)
 	}
-	want := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 	have, err := readOptional(s.ServiceAccountPublicKeyFile)
 	if err != nil {
 		return err
