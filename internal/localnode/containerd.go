@@ -2,6 +2,7 @@ package localnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -246,3 +247,35 @@ func (n *Node) ImportImages(ctx context.Context, images ...oci.Image) error {
 }
 
 const busyboxPath = "/bin/busybox"
+
+// removeSandboxes stops and removes every pod sandbox in containerd.
+func (n *Node) removeSandboxes(ctx context.Context) error {
+	ref, ok, err := process.Read(Containerd, n.l.pidFile(Containerd))
+	if err != nil || !ok || !ref.Alive() {
+		return err
+	}
+	rt, closeFn, err := n.criClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return fmt.Errorf("listing sandboxes: %w", err)
+	}
+	// Frozen containers cannot die; thaw them first.
+	thawCgroups(CgroupRoot)
+	var errs []error
+	for _, sb := range list.Items {
+		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("stopping sandbox %s (%s/%s): %w", sb.Id, sb.Metadata.GetNamespace(), sb.Metadata.GetName(), err))
+			continue
+		}
+		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -12,7 +12,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -244,36 +243,4 @@ func (n *Node) deleteAPIPods(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// removeSandboxes stops and removes every pod sandbox in containerd.
-func (n *Node) removeSandboxes(ctx context.Context) error {
-	ref, ok, err := process.Read(Containerd, n.l.pidFile(Containerd))
-	if err != nil || !ok || !ref.Alive() {
-		return err
-	}
-	rt, closeFn, err := n.criClient(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return fmt.Errorf("listing sandboxes: %w", err)
-	}
-	// Frozen containers cannot die; thaw them first.
-	thawCgroups(CgroupRoot)
-	var errs []error
-	for _, sb := range list.Items {
-		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("stopping sandbox %s (%s/%s): %w", sb.Id, sb.Metadata.GetNamespace(), sb.Metadata.GetName(), err))
-			continue
-		}
-		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", sb.Id, err))
-		}
-	}
-	return errors.Join(errs...)
 }
