@@ -83,6 +83,20 @@ func (r *Root) Remove(pkg string) (string, error) { return r.dpkg("--remove", pk
 // Purge removes a package and its configuration files.
 func (r *Root) Purge(pkg string) (string, error) { return r.dpkg("--purge", pkg) }
 
+// State is the package's state in the root: "installed", "config-files"
+// (removed, configuration kept), another dpkg state word, or "" when the
+// root has no trace of it; and its version.
+func (r *Root) State(pkg string) (state, version string, err error) {
+	status, version, err := r.Status(pkg)
+	if err != nil {
+		return "", "", err
+	}
+	if f := strings.Fields(status); len(f) == 3 && f[2] != "not-installed" {
+		state = f[2]
+	}
+	return state, version, nil
+}
+
 // Status is the package's dpkg status ("install ok installed",
 // "deinstall ok config-files", …) and version, or "" when the root has
 // never had it.

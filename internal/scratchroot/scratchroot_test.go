@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/critlet/critlet/internal/testenv"
@@ -48,16 +47,12 @@ func TestLifecycle(t *testing.T) {
 	}
 	state := func(want, version string) {
 		t.Helper()
-		s, v, err := r.Status("demo")
+		got, v, err := r.State("demo")
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := ""
-		if f := strings.Fields(s); len(f) == 3 && f[2] != "not-installed" {
-			got = f[2]
-		}
 		if got != want || (version != "" && v != version) {
-			t.Errorf("status %q version %q, want %q %q", s, v, want, version)
+			t.Errorf("state %q version %q, want %q %q", got, v, want, version)
 		}
 	}
 	state("", "")

@@ -37,17 +37,12 @@ func mustInstall(t *testing.T, r *scratchroot.Root, debs ...string) {
 // when one is given.
 func wantState(t *testing.T, r *scratchroot.Root, pkg, state, version string) {
 	t.Helper()
-	s, v, err := r.Status(pkg)
+	got, v, err := r.State(pkg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(s)
-	got := ""
-	if len(f) == 3 && f[2] != "not-installed" {
-		got = f[2]
-	}
 	if got != state || (version != "" && v != version) {
-		t.Errorf("%s: status %q version %q, want state %q version %q", pkg, s, v, state, version)
+		t.Errorf("%s: state %q version %q, want state %q version %q", pkg, got, v, state, version)
 	}
 }
 
