@@ -16,17 +16,13 @@ import (
 // killShims kills the runc shims that serve the containerd at socket; they
 // outlive containerd by design.
 func killShims(socket string) error {
-	procs, err := os.ReadDir("/proc")
+	all, err := processes()
 	if err != nil {
-		return fmt.Errorf("listing processes: %w", err)
+		return err
 	}
 	var pids []int
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+	for _, pid := range all {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 		if err != nil {
 			continue
 		}
@@ -78,4 +74,19 @@ func killUntilGone(what string, list func() ([]int, error)) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// processes lists the PIDs in /proc.
+func processes() ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	var pids []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }

@@ -61,22 +61,19 @@ func listenerPIDs(port int) ([]int, error) {
 	if len(inodes) == 0 {
 		return nil, fmt.Errorf("nothing listens on port %d", port)
 	}
-	procs, err := os.ReadDir("/proc")
+	all, err := processes()
 	if err != nil {
 		return nil, err
 	}
 	var pids []int
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		fds, err := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+	for _, pid := range all {
+		dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+		fds, err := os.ReadDir(dir)
 		if err != nil {
 			continue // gone, or not ours to read
 		}
 		for _, fd := range fds {
-			link, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name()))
+			link, err := os.Readlink(filepath.Join(dir, fd.Name()))
 			if err == nil && strings.HasPrefix(link, "socket:[") && inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] {
 				pids = append(pids, pid)
 				break
