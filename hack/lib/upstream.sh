@@ -89,13 +89,21 @@ upstream::copy() {
 }
 
 # upstream::modfile COPY OUTDIR: writes OUTDIR/go.mod and OUTDIR/go.sum: this
-# module's go.mod and go.sum with k8s.io/kubernetes replaced by COPY. Files are
+# module's go.mod and go.sum with k8s.io/kubernetes replaced by COPY; run
+# from the module root. Files are
 # rewritten only when their contents change.
 upstream::modfile() {
   local copy=$1 outdir=$2
   mkdir -p "$outdir"
   cp go.mod "${outdir}/go.mod.tmp"
-  go mod edit -replace="${UPSTREAM_MODULE}=${copy}" "${outdir}/go.mod.tmp" || {
+  # Relative to the module root when the copy is inside it: the binaries
+  # record the replacement in their build information, and an absolute path
+  # would make two checkouts of one commit build different bytes.
+  local target=$copy
+  if [[ $copy == "$PWD"/* ]]; then
+    target="./${copy#"$PWD"/}"
+  fi
+  go mod edit -replace="${UPSTREAM_MODULE}=${target}" "${outdir}/go.mod.tmp" || {
     echo "upstream: generating ${outdir}/go.mod failed" >&2
     return 1
   }
