@@ -460,4 +460,18 @@ func (e *env) ensurePriorityClass(name string, value int32) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		e.t.Fatalf("creating PriorityClass %s: %v", name, err)
 	}
+	// The Priority admission plugin reads classes from its informer: a pod
+	// naming a class created a moment ago can be refused. Wait until a
+	// dry-run pod of the class is admitted.
+	probe := bestEffort("priority-class-probe")
+	probe.priorityClass = name
+	var last error
+	err = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		pod := probe.pod(e.node)
+		_, last = e.c.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last == nil, nil
+	})
+	if err != nil {
+		e.t.Fatalf("PriorityClass %s never admitted a pod: %v", name, last)
+	}
 }
