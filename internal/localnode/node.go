@@ -228,22 +228,11 @@ func (n *Node) verifyRunning(ctx context.Context) error {
 // waitRunning polls check on an already running component for up to
 // timeout; failing, it says how to start afresh.
 func (n *Node) waitRunning(ctx context.Context, name string, timeout time.Duration, what string, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-		err := check(cctx)
-		ccancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s runs under %s but is not %s: %v; start afresh with local-down, then local-up\n%s",
-				name, n.cfg.StateDir, what, err, process.Tail(n.l.log(name), 25))
-		case <-time.After(500 * time.Millisecond):
-		}
+	if last, _ := poll(ctx, timeout, nil, check); last != nil {
+		return fmt.Errorf("%s runs under %s but is not %s: %v; start afresh with local-down, then local-up\n%s",
+			name, n.cfg.StateDir, what, last, process.Tail(n.l.log(name), 25))
 	}
+	return nil
 }
 
 func listOrNone(names []string) string {
@@ -386,9 +375,22 @@ func (n *Node) start(spec process.Spec) (*process.Handle, error) {
 // waitFor polls check until it succeeds, the process dies, or the timeout
 // passes; errors carry the last lines of the component's log.
 func waitFor(ctx context.Context, h *process.Handle, timeout time.Duration, what string, check func(context.Context) error) error {
+	last, exited := poll(ctx, timeout, h.Done(), check)
+	switch {
+	case last == nil:
+		return nil
+	case exited:
+		return fmt.Errorf("%s exited (%v) before it was %s\n%s", h.Name, h.Err(), what, process.Tail(h.LogFile, 25))
+	}
+	return fmt.Errorf("%s was not %s within %s: %v\n%s", h.Name, what, timeout, last, process.Tail(h.LogFile, 25))
+}
+
+// poll runs check every 200ms, each call bounded to 5s, until it succeeds
+// (nil), exited closes or timeout passes; it returns check's last error
+// and whether exited closed. A nil exited never closes.
+func poll(ctx context.Context, timeout time.Duration, exited <-chan struct{}, check func(context.Context) error) (last error, died bool) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last error
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -396,13 +398,13 @@ func waitFor(ctx context.Context, h *process.Handle, timeout time.Duration, what
 		last = check(cctx)
 		ccancel()
 		if last == nil {
-			return nil
+			return nil, false
 		}
 		select {
-		case <-h.Done():
-			return fmt.Errorf("%s exited (%v) before it was %s\n%s", h.Name, h.Err(), what, process.Tail(h.LogFile, 25))
+		case <-exited:
+			return last, true
 		case <-ctx.Done():
-			return fmt.Errorf("%s was not %s within %s: %v\n%s", h.Name, what, timeout, last, process.Tail(h.LogFile, 25))
+			return last, false
 		case <-t.C:
 		}
 	}
