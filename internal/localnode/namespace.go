@@ -137,14 +137,11 @@ func (n *Node) maskSysctls(keys []string) ([]string, error) {
 // namespaceHolder returns containerd's process, whose mount namespace is
 // the node's.
 func (n *Node) namespaceHolder() (process.Ref, error) {
-	ref, ok, err := process.Read(Containerd, n.l.pidFile(Containerd))
-	switch {
-	case err != nil:
-		return process.Ref{}, err
-	case !ok || !ref.Alive():
-		return process.Ref{}, fmt.Errorf("containerd is not running: the node's mount namespace is gone (run local-node up)")
+	ref, err := n.runningComponent(Containerd)
+	if err != nil {
+		return process.Ref{}, fmt.Errorf("%w: the node's mount namespace is gone (run local-node up)", err)
 	}
-	return ref.Component()
+	return ref, nil
 }
 
 // unmountInNamespace removes the mounts below dir in the node's namespace,

@@ -1,0 +1,117 @@
+package localnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/critlet/critlet/internal/localnode/process"
+)
+
+// The faults a production node meets, on demand: a kubelet killed outright,
+// and an API server or a containerd restarted under a running kubelet. Each
+// leaves the rest of the node as it was.
+
+// KillKubelet kills the kubelet with SIGKILL, as the OOM killer or a crash
+// would: it gets no chance to finish what it was doing. Its pods and their
+// containers keep running. StartKubelet starts it again on the same state.
+func (n *Node) KillKubelet() error {
+	kubelet, err := n.runningComponent(Kubelet)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(kubelet.PID, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kubelet (pid %d): SIGKILL: %w", kubelet.PID, err)
+	}
+	// The supervisor records the exit and follows; then the PID file goes.
+	return n.stopComponent(Kubelet, 10*time.Second)
+}
+
+// RestartAPIServer stops the API server and starts it again on the same
+// etcd, waiting until it is ready: clients see their connections drop and
+// requests fail meanwhile, as during a control-plane upgrade.
+func (n *Node) RestartAPIServer(ctx context.Context) error {
+	if n.cfg.RuntimeOnly {
+		return errors.New("a RuntimeOnly node has no API server")
+	}
+	if err := n.stopComponent(APIServer, 10*time.Second); err != nil {
+		return fmt.Errorf("restarting %s: %w", APIServer, err)
+	}
+	if err := n.startAPIServer(ctx); err != nil {
+		return fmt.Errorf("restarting %s: %w", APIServer, err)
+	}
+	return nil
+}
+
+// RestartContainerd stops containerd and starts it again, as a runtime
+// upgrade does. Its shims, and so the containers, keep running; the new
+// containerd finds them again. The node's mount namespace outlives the old
+// containerd through the kubelet, which must be running: the new containerd
+// joins that namespace rather than making a fresh one, which would lose the
+// shims' sockets and the kubelet's mounts.
+func (n *Node) RestartContainerd(ctx context.Context) error {
+	holder, err := n.kubeletProcess()
+	if err != nil {
+		return fmt.Errorf("restarting containerd: the node's namespace needs a holder: %w", err)
+	}
+	containerd, err := exec.LookPath("containerd")
+	if err != nil {
+		return fmt.Errorf("restarting containerd: %w", err)
+	}
+	if err := n.stopComponent(Containerd, 10*time.Second); err != nil {
+		return fmt.Errorf("restarting containerd: %w", err)
+	}
+	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID)}
+	if n.cfg.RuntimeOnly {
+		args = append(args, fmt.Sprintf("--net=/proc/%d/ns/net", holder.PID))
+	}
+	h, err := n.start(process.Spec{
+		Name: Containerd,
+		Path: "nsenter",
+		Args: append(args, "--", containerd, "--config", filepath.Join(n.l.containerd(), "config.toml")),
+	})
+	if err != nil {
+		return fmt.Errorf("restarting containerd: %w", err)
+	}
+	if err := waitFor(ctx, h, 60*time.Second, "serving CRI", n.criServing); err != nil {
+		return fmt.Errorf("restarting containerd: %w", err)
+	}
+	return nil
+}
+
+// kubeletProcess returns the running kubelet itself (not its supervisor),
+// once it is inside the node's namespace.
+func (n *Node) kubeletProcess() (process.Ref, error) {
+	k, err := n.runningComponent(Kubelet)
+	if err != nil {
+		return process.Ref{}, err
+	}
+	// nsenter execs the kubelet once it has joined: until then the process
+	// is nsenter, in the host's namespace.
+	self, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", k.PID))
+	host, err2 := os.Readlink("/proc/self/ns/mnt")
+	if err := errors.Join(err1, err2); err != nil {
+		return process.Ref{}, err
+	}
+	if self == host {
+		return process.Ref{}, fmt.Errorf("kubelet (pid %d) has not joined the node's namespace", k.PID)
+	}
+	return k, nil
+}
+
+// runningComponent returns the process a live supervisor of name runs.
+func (n *Node) runningComponent(name string) (process.Ref, error) {
+	ref, ok, err := process.Read(name, n.l.pidFile(name))
+	switch {
+	case err != nil:
+		return process.Ref{}, err
+	case !ok || !ref.Alive():
+		return process.Ref{}, fmt.Errorf("%s is not running", name)
+	}
+	return ref.Component()
+}
