@@ -391,6 +391,16 @@ const (
 // with reason TerminationByKubelet, and one Preempting event.
 func (e *env) expectPreempted(p *v1.Pod, exit victimExit) {
 	e.t.Helper()
+	cur := e.expectTerminatedByPreemption(p, exit)
+	if n := e.eventCount(cur, reasonPreempting); n != 1 {
+		e.t.Errorf("preempted pod %s has %d %s events, want 1", p.Name, n, reasonPreempting)
+	}
+}
+
+// expectTerminatedByPreemption checks a preempted pod's final phase and
+// condition, as expectPreempted does, leaving its events to the caller.
+func (e *env) expectTerminatedByPreemption(p *v1.Pod, exit victimExit) *v1.Pod {
+	e.t.Helper()
 	cur := e.waitPhase(p, 2*time.Minute, v1.PodSucceeded, v1.PodFailed)
 	switch {
 	case exit == exitsOnTerm && cur.Status.Phase != v1.PodSucceeded:
@@ -411,9 +421,7 @@ func (e *env) expectPreempted(p *v1.Pod, exit victimExit) {
 	case cond.Status != v1.ConditionTrue || cond.Reason != v1.PodReasonTerminationByKubelet:
 		e.t.Errorf("preempted pod %s: %s condition is %s/%s, want True/%s", p.Name, v1.DisruptionTarget, cond.Status, cond.Reason, v1.PodReasonTerminationByKubelet)
 	}
-	if n := e.eventCount(cur, reasonPreempting); n != 1 {
-		e.t.Errorf("preempted pod %s has %d %s events, want 1", p.Name, n, reasonPreempting)
-	}
+	return cur
 }
 
 // victims lists the pods in namespaces that carry the kubelet's

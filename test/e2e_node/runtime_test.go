@@ -8,6 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 // unstoppableHandler is a containerd runtime handler whose runc refuses to
@@ -51,4 +54,41 @@ func (r unstoppableRuntime) refuse(t *testing.T) {
 		t.Fatalf("arming the unstoppable runtime: %v", err)
 	}
 	t.Cleanup(func() { os.Remove(r.marker) })
+}
+
+// admitPastStuckVictim runs a 200m/200Mi Burstable pod under the
+// unstoppable handler beside spares, arms the handler, and creates a
+// critical pod short of exactly the stuck pod's share: upstream's rule
+// picks the stuck pod alone (the Burstable pod closest to the need). It
+// checks that the stuck pod was chosen once, that its kill timed out
+// (ExceededGracePeriod) and that it still runs, and returns the pods with
+// the critical pod, which is admitted all the same.
+func (e *env) admitPastStuckVictim(spares ...podSpec) (stuck *v1.Pod, running []*v1.Pod, crit *v1.Pod) {
+	e.t.Helper()
+	e.ensureRuntimeClass(unstoppableHandler)
+	s := burstable("unstoppable", "200m", "200Mi")
+	s.gracePeriod = ptr.To(int64(5))
+	s.runtimeClass = unstoppableHandler
+	pods := e.createRunning(append([]podSpec{s}, spares...)...)
+	unstoppable.refuse(e.t)
+	need := e.allocatable()
+	for _, sp := range spares {
+		for name, q := range sp.requests {
+			left := need[name]
+			left.Sub(q)
+			need[name] = left
+		}
+	}
+	crit = e.createCritical(critical("critical", need))
+	e.note("critical pod events: %v", e.eventReasons(crit))
+	if n := e.eventCount(pods[0], reasonPreempting); n != 1 {
+		e.t.Errorf("stuck pod has %d %s events, want 1: it must be chosen first", n, reasonPreempting)
+	}
+	if ev := e.events(pods[0], "ExceededGracePeriod"); len(ev) == 0 {
+		e.t.Errorf("stuck pod has no ExceededGracePeriod event: its kill did not time out")
+	}
+	if cur := e.expectPhase(pods[0], v1.PodRunning); len(cur.Status.ContainerStatuses) == 1 && cur.Status.ContainerStatuses[0].State.Running == nil {
+		e.t.Errorf("stuck pod's container is not running: %+v", cur.Status.ContainerStatuses[0].State)
+	}
+	return pods[0], pods[1:], crit
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -242,28 +243,80 @@ func TestDevicePluginResource(t *testing.T) {
 }
 
 // Five victims that ignore SIGTERM, each with a 5 s grace period: the
-// kubelet must wait out each grace period before SIGKILL. Stock kills one
-// after the other; critlet kills them in parallel. The create→Running time
-// is reported, not asserted.
+// kubelet must wait out each grace period before SIGKILL. Stock terminates
+// them one after another: each termination begins once the one before has
+// ended. critlet terminates them in parallel: every termination begins
+// before the first one ends. A termination begins at the victim's
+// Preempting event and ends when its container exits (the runtime's
+// FinishedAt), both on this host's clock in whole seconds, well within the
+// 5 s grace period. The create→Running time is reported.
 func TestTerminationLatency(t *testing.T) {
 	runScenario(t, "7 five victims ignoring SIGTERM", scenarioOptions{}, func(e *env) {
 		var specs []podSpec
 		var names []string
 		for i := 0; i < 5; i++ {
-			s := burstable(fmt.Sprintf("stubborn-%d", i), "100m", "100Mi")
-			s.command = []string{"/bin/sh", "-c", `trap "" TERM; while true; do sleep 1; done`}
-			s.gracePeriod = ptr.To(int64(5))
+			s := stubborn(burstable(fmt.Sprintf("stubborn-%d", i), "100m", "100Mi"), 5)
 			specs = append(specs, s)
 			names = append(names, s.name)
 		}
 		pods := e.createRunning(specs...)
 		e.createCritical(critical("critical", e.allocatable()))
+		var spans []termination
 		for _, p := range pods {
 			// SIGKILL after the grace period: exit 137, so Failed.
 			e.expectPreempted(p, killed)
+			spans = append(spans, e.terminationOf(p))
 		}
 		e.expectVictims(names...)
+		e.expectTerminationsOverlap(spans, !e.kubelet.stock())
 	})
+}
+
+// termination is when a victim's termination began and ended.
+type termination struct {
+	pod        string
+	begun, end time.Time
+}
+
+// terminationOf reads a preempted pod's termination from its Preempting
+// event and its container's exit.
+func (e *env) terminationOf(p *v1.Pod) termination {
+	e.t.Helper()
+	cur, err := e.get(p)
+	if err != nil {
+		e.t.Fatalf("getting %s: %v", p.Name, err)
+	}
+	evs := e.events(cur, reasonPreempting)
+	if len(evs) != 1 || len(cur.Status.ContainerStatuses) != 1 || cur.Status.ContainerStatuses[0].State.Terminated == nil {
+		e.t.Fatalf("victim %s: %d %s events, container status %+v: cannot time its termination", p.Name, len(evs), reasonPreempting, cur.Status.ContainerStatuses)
+	}
+	return termination{pod: p.Name, begun: evs[0].FirstTimestamp.Time, end: cur.Status.ContainerStatuses[0].State.Terminated.FinishedAt.Time}
+}
+
+// expectTerminationsOverlap checks that every termination began before the
+// first one ended (parallel), or that each began no earlier than the one
+// before it ended (one after another).
+func (e *env) expectTerminationsOverlap(spans []termination, parallel bool) {
+	e.t.Helper()
+	sort.Slice(spans, func(i, j int) bool { return spans[i].begun.Before(spans[j].begun) })
+	origin := spans[0].begun
+	var desc []string
+	firstEnd := spans[0].end
+	for _, s := range spans {
+		desc = append(desc, fmt.Sprintf("%s %s–%s", s.pod, s.begun.Sub(origin), s.end.Sub(origin)))
+		if s.end.Before(firstEnd) {
+			firstEnd = s.end
+		}
+	}
+	e.note("terminations (begun–ended, from the first Preempting event): %s", strings.Join(desc, ", "))
+	for i, s := range spans {
+		switch {
+		case parallel && !s.begun.Before(firstEnd):
+			e.t.Errorf("%s's termination began %s after the first one ended: want all in parallel", s.pod, s.begun.Sub(firstEnd))
+		case !parallel && i > 0 && s.begun.Before(spans[i-1].end):
+			e.t.Errorf("%s's termination began before %s's ended: the stock kubelet terminates one after another", s.pod, spans[i-1].pod)
+		}
+	}
 }
 
 // A victim the runtime cannot stop: its pod runs under a runtime handler
@@ -275,29 +328,8 @@ func TestTerminationLatency(t *testing.T) {
 func TestUnkillableVictim(t *testing.T) {
 	replanning := critletKubelet.with([]string{"--critical-preemption-max-replans=2"}, nil)
 	runScenario(t, "8 victim that cannot be killed", scenarioOptions{critletVariants: []kubeletUnderTest{replanning}}, func(e *env) {
-		e.ensureRuntimeClass(unstoppableHandler)
-		stuck := burstable("unstoppable", "200m", "200Mi")
-		stuck.gracePeriod = ptr.To(int64(5))
-		stuck.runtimeClass = unstoppableHandler
-		pods := e.createRunning(stuck, burstable("spare-0", "100m", "100Mi"), burstable("spare-1", "100m", "100Mi"))
-		unstoppable.refuse(e.t)
-		// Need exactly what the stuck pod holds, so that upstream's rule
-		// picks it alone: it is the Burstable pod closest to the need.
-		all := e.allocatable()
-		cpu, mem := all[v1.ResourceCPU], all[v1.ResourceMemory]
-		cpu.Sub(resource.MustParse("200m"))
-		mem.Sub(resource.MustParse("200Mi"))
-		crit := e.createCritical(critical("critical", v1.ResourceList{v1.ResourceCPU: cpu, v1.ResourceMemory: mem}))
-		e.note("critical pod events: %v", e.eventReasons(crit))
-		if n := e.eventCount(pods[0], reasonPreempting); n != 1 {
-			e.t.Errorf("stuck pod has %d %s events, want 1: it must be chosen first", n, reasonPreempting)
-		}
-		if ev := e.events(pods[0], "ExceededGracePeriod"); len(ev) == 0 {
-			e.t.Errorf("stuck pod has no ExceededGracePeriod event: its kill did not time out")
-		}
-		if cur := e.expectPhase(pods[0], v1.PodRunning); len(cur.Status.ContainerStatuses) == 1 && cur.Status.ContainerStatuses[0].State.Running == nil {
-			e.t.Errorf("stuck pod's container is not running: %+v", cur.Status.ContainerStatuses[0].State)
-		}
+		stuck, spares, crit := e.admitPastStuckVictim(burstable("spare-0", "100m", "100Mi"), burstable("spare-1", "100m", "100Mi"))
+		pods := append([]*v1.Pod{stuck}, spares...)
 		// The kubelet publishes a victim's DisruptionTarget condition with its
 		// terminal status, once its containers have stopped: never, here.
 		if e.kubelet.name == replanning.name {
