@@ -18,12 +18,51 @@ import (
 // UpstreamModule is the module whose packages are replaced.
 const UpstreamModule = "k8s.io/kubernetes"
 
-// Packages lists the replaced packages, relative to both UpstreamModule and
-// this module's root (the project keeps each replacement at the mirrored
-// path). It is the one declaration the overlay generator, the build checks and
-// the kubelet main all read.
-var Packages = []string{
-	"pkg/kubelet/preemption",
+// Patch declares one change critlet makes to upstream: what it replaces and
+// how the built binary proves it is in the code the kubelet runs.
+type Patch struct {
+	// Name is short and stable; logs and build errors use it.
+	Name string
+	// Package is the upstream package replaced whole, relative to both
+	// UpstreamModule and this module's root (the project keeps each
+	// replacement at the mirrored path).
+	Package string
+	// Proof lists the calls the machine code of a patched kubelet must
+	// contain (test/build follows direct calls from each From until it
+	// finds To) and a stock kubelet must not.
+	Proof []Reach
+}
+
+// Reach is a path of direct calls from one function to another, both named
+// as the linker names them. To must be a function the compiler does not
+// inline, or the call disappears into its caller.
+type Reach struct{ From, To string }
+
+// Patches is the one declaration of critlet's changes to upstream: the
+// overlay generator, the build checks and the kubelet main all read it.
+var Patches = []Patch{
+	{
+		Name:    "critical-pod-admission",
+		Package: "pkg/kubelet/preemption",
+		Proof: []Reach{{
+			From: UpstreamModule + "/pkg/kubelet/preemption.(*CriticalPodAdmissionHandler).HandleAdmissionFailure",
+			To:   "github.com/critlet/critlet/pkg/kubelet/preemption/victims.Select",
+		}},
+	},
+}
+
+// Packages lists the replaced packages of Patches, relative to
+// UpstreamModule.
+var Packages = packagesOf(Patches)
+
+func packagesOf(patches []Patch) []string {
+	var out []string
+	for _, p := range patches {
+		if p.Package != "" {
+			out = append(out, p.Package)
+		}
+	}
+	return out
 }
 
 var (

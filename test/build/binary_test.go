@@ -23,7 +23,6 @@ const (
 	upstreamModule = patched.UpstreamModule
 	// The project's own packages, which no upstream build contains.
 	critletModule = "github.com/critlet/critlet"
-	victimsPkg    = critletModule + "/pkg/kubelet/preemption/victims"
 	preemptionPkg = upstreamModule + "/pkg/kubelet/preemption"
 )
 
@@ -241,11 +240,10 @@ func inlines(f *fn, files map[string]string, dir string) bool {
 	return false
 }
 
-// reaches reports whether start, following direct calls among fns, calls a
-// function whose name starts with prefix or runs code inlined from dir, and
-// returns the step that does.
-func reaches(fns map[string]*fn, files map[string]string, start, prefix, dir string) (bool, string) {
-	seen := map[string]bool{start: true}
+// reaches reports whether start, following direct calls among fns, calls
+// target itself, and returns the path of calls that does.
+func reaches(fns map[string]*fn, start, target string) (bool, string) {
+	from := map[string]string{start: ""}
 	queue := []string{start}
 	for len(queue) > 0 {
 		name := queue[0]
@@ -255,43 +253,67 @@ func reaches(fns map[string]*fn, files map[string]string, start, prefix, dir str
 			continue
 		}
 		for _, c := range f.calls {
-			if strings.HasPrefix(c, prefix) {
-				return true, name + " calls " + c
+			if _, seen := from[c]; seen {
+				continue
 			}
-			if !seen[c] {
-				seen[c] = true
-				queue = append(queue, c)
+			from[c] = name
+			if c == target {
+				path := []string{c}
+				for n := name; n != ""; n = from[n] {
+					path = append(path, n)
+				}
+				slices.Reverse(path)
+				return true, strings.Join(path, " -> ")
 			}
-		}
-		if inlines(f, files, dir) {
-			return true, name + " inlines code from " + dir
+			queue = append(queue, c)
 		}
 	}
 	return false, ""
 }
 
+// packageOf returns the import path of a function named as the linker
+// names it: everything before the first dot after the last slash.
+func packageOf(symbol string) string {
+	slash := strings.LastIndex(symbol, "/")
+	dot := strings.Index(symbol[slash+1:], ".")
+	if dot < 0 {
+		return symbol
+	}
+	return symbol[:slash+1+dot]
+}
+
 // checkHandler proves from the machine code of bin, not the source tree,
 // that upstream's NewMainKubelet builds the handler of the preemption
-// package, and that this package is critlet's (wantCritlet: its
-// HandleAdmissionFailure reaches critlet's victims package, which upstream
-// does not have) or upstream's (no critlet code at all). It reads the binary
-// without running it, so it serves every architecture.
+// package, and that every patch patched.Patches declares is in the code the
+// kubelet runs (wantCritlet: each declared Reach's From calls, through
+// direct calls, exactly its To) or absent (a stock kubelet: no Reach holds
+// and no critlet code is linked at all). It reads the binary without running
+// it, so it serves every architecture.
 func checkHandler(t *testing.T, name, bin string, wantCritlet bool) {
 	t.Helper()
 	const (
 		newMainKubelet = upstreamModule + "/pkg/kubelet.NewMainKubelet"
 		newHandler     = preemptionPkg + ".NewCriticalPodAdmissionHandler"
-		handleFailure  = preemptionPkg + ".(*CriticalPodAdmissionHandler).HandleAdmissionFailure"
 	)
 	// The package's files as the linker recorded them: with -trimpath an
 	// upstream package is <module>@<version>/<dir>, critlet's own <module>/<dir>.
 	version, _ := upstreamVersion(t)
 	preemptionDir := upstreamModule + "@" + version + "/pkg/kubelet/preemption/"
-	victimsDir := victimsPkg + "/"
-	// Functions of the preemption package and of critlet itself, plus
-	// NewMainKubelet; every call path from the handler to victims that does not
-	// pass through an indirect call lies within them.
-	scope := `^(` + regexp.QuoteMeta(newMainKubelet) + `$|` + regexp.QuoteMeta(preemptionPkg) + `\.|` + regexp.QuoteMeta(critletModule) + `/)`
+	// NewMainKubelet, and the functions of every package a declared proof
+	// starts in and of critlet itself: every path of direct calls from a
+	// From to its To lies within them.
+	scopes := []string{regexp.QuoteMeta(newMainKubelet) + `$`, regexp.QuoteMeta(preemptionPkg) + `\.`, regexp.QuoteMeta(critletModule) + `/`}
+	var proofs []patched.Reach
+	for _, p := range patched.Patches {
+		if len(p.Proof) == 0 {
+			t.Errorf("patch %s declares no proof", p.Name)
+		}
+		for _, r := range p.Proof {
+			proofs = append(proofs, r)
+			scopes = append(scopes, regexp.QuoteMeta(packageOf(r.From))+`\.`)
+		}
+	}
+	scope := `^(` + strings.Join(scopes, "|") + `)`
 
 	syms := symbols(t, bin)
 	var critletSyms []string
@@ -300,10 +322,8 @@ func checkHandler(t *testing.T, name, bin string, wantCritlet bool) {
 			critletSyms = append(critletSyms, s)
 		}
 	}
-	for _, s := range []string{newMainKubelet, handleFailure} {
-		if !slices.Contains(syms, s) {
-			t.Fatalf("%s has no symbol %s", name, s)
-		}
+	if !slices.Contains(syms, newMainKubelet) {
+		t.Fatalf("%s has no symbol %s", name, newMainKubelet)
 	}
 	fns := disassemble(t, bin, scope)
 	files := sourceFiles(t, bin, fns)
@@ -323,27 +343,24 @@ func checkHandler(t *testing.T, name, bin string, wantCritlet bool) {
 		t.Errorf("%s: %s neither calls nor inlines %s", name, newMainKubelet, newHandler)
 	}
 
-	found, step := reaches(fns, files, handleFailure, victimsPkg+".", victimsDir)
-	if wantCritlet {
-		if !found {
-			t.Errorf("%s: %s does not reach %s", name, handleFailure, victimsPkg)
-		} else {
-			t.Logf("%s: %s reaches victims: %s", name, handleFailure, step)
+	for _, r := range proofs {
+		if !slices.Contains(syms, r.From) {
+			t.Errorf("%s has no symbol %s", name, r.From)
+			continue
 		}
-		var victims int
-		for _, s := range critletSyms {
-			if strings.HasPrefix(s, victimsPkg+".") {
-				victims++
-			}
+		found, path := reaches(fns, r.From, r.To)
+		switch {
+		case wantCritlet && found:
+			t.Logf("%s: %s", name, path)
+		case wantCritlet:
+			t.Errorf("%s: %s does not reach %s", name, r.From, r.To)
+		case found:
+			t.Errorf("%s: upstream's %s reaches critlet's %s: %s", name, r.From, r.To, path)
 		}
-		if victims == 0 {
-			t.Errorf("%s has no symbols of %s", name, victimsPkg)
-		}
-		t.Logf("%s: %d symbols of critlet's packages, %d of them in victims", name, len(critletSyms), victims)
-		return
 	}
-	if found {
-		t.Errorf("%s: upstream's handler reaches %s: %s", name, victimsPkg, step)
+	if wantCritlet {
+		t.Logf("%s: %d symbols of critlet's packages", name, len(critletSyms))
+		return
 	}
 	if len(critletSyms) > 0 {
 		t.Errorf("%s links critlet code: %v", name, critletSyms[:min(5, len(critletSyms))])

@@ -187,6 +187,17 @@ func verdict(focus focusSet, cmp Comparison, res map[string]Runs, rc *Recheck) [
 			problems = append(problems, "no kubelet passes, and no cause on this machine explains it (add one to causes.go once found): "+t)
 		}
 	}
+	// A run that selected nothing would otherwise pass by comparing nothing.
+	for _, k := range cmp.Kubelets {
+		if len(res[k]) == 0 {
+			problems = append(problems, k+": no run")
+		}
+		for i, run := range res[k] {
+			if len(run) == 0 {
+				problems = append(problems, fmt.Sprintf("%s run %d: no test ran", k, i+1))
+			}
+		}
+	}
 	if focus.allPass {
 		for _, k := range cmp.Kubelets {
 			for i, run := range res[k] {

@@ -110,6 +110,14 @@ func TestCompare(t *testing.T) {
 	if p := verdict(focusSets["critical"], same, res, nil); len(p) != 2 {
 		t.Errorf("critical verdict with a skip on each kubelet: %v, want both reported", p)
 	}
+	// Runs that ran nothing agree on nothing: a failure for either set.
+	empty := map[string]Runs{"stock": {{}}, "critlet": {}}
+	nothing := compare([]string{"stock", "critlet"}, empty)
+	for _, f := range []string{"conformance", "critical"} {
+		if p := verdict(focusSets[f], nothing, empty, nil); !reflect.DeepEqual(p, []string{"stock run 1: no test ran", "critlet: no run"}) {
+			t.Errorf("%s verdict on runs of no test: %v", f, p)
+		}
+	}
 }
 
 // A difference that the recheck runs do not show again is reported, and

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/critlet/critlet/pkg/kubelet/preemption/termination"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
 )
 
@@ -18,6 +19,9 @@ type admission struct {
 	reqs     []victims.Requirement
 	signal   string // label of kubelet_preemptions: the first shortfall
 	need     string // reqs as the stock kubelet logs them, when verbose
+	// slots bound the kills in flight across all rounds, the late ones of
+	// victims given up on included.
+	slots termination.Slots
 
 	victims []*v1.Pod
 	failed  []failure
@@ -49,7 +53,8 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 		return c.refuse(admitPod, err)
 	}
 
-	a := &admission{handler: c, logger: klog.FromContext(ctx), admitPod: admitPod, reqs: reqs}
+	a := &admission{handler: c, logger: klog.FromContext(ctx), admitPod: admitPod, reqs: reqs,
+		slots: termination.NewSlots(c.opts.Parallelism)}
 	if len(reqs) > 0 {
 		a.signal = reqs[0].Resource
 	}

@@ -58,12 +58,15 @@ func (s *captureSink) add(head string, kv []any) {
 }
 
 // eventCapture is an EventRecorder that keeps each event with the object it
-// is about: "<type> <reason> <namespace>/<name> <message>". Safe for
-// concurrent use.
+// is about. Safe for concurrent use.
 type eventCapture struct {
 	mu     sync.Mutex
-	events []string
+	events []capturedEvent
 }
+
+// capturedEvent is one event: object is "<namespace>/<name>", text
+// "<type> <reason> <namespace>/<name> <message>".
+type capturedEvent struct{ object, text string }
 
 func (e *eventCapture) Event(object runtime.Object, eventtype, reason, message string) {
 	name := "?"
@@ -72,7 +75,7 @@ func (e *eventCapture) Event(object runtime.Object, eventtype, reason, message s
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.events = append(e.events, fmt.Sprintf("%s %s %s %s", eventtype, reason, name, message))
+	e.events = append(e.events, capturedEvent{name, fmt.Sprintf("%s %s %s %s", eventtype, reason, name, message)})
 }
 
 func (e *eventCapture) Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any) {
@@ -83,10 +86,10 @@ func (e *eventCapture) AnnotatedEventf(object runtime.Object, _ map[string]strin
 	e.Eventf(object, eventtype, reason, messageFmt, args...)
 }
 
-func (e *eventCapture) list() []string {
+func (e *eventCapture) list() []capturedEvent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]string(nil), e.events...)
+	return append([]capturedEvent(nil), e.events...)
 }
 
 func sorted(s []string) []string {

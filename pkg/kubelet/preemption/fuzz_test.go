@@ -20,6 +20,7 @@ func FuzzHandleAdmissionFailure(f *testing.F) {
 	f.Add(uint64(1), uint64(2), uint8(10), uint8(0), 0.3)
 	f.Add(uint64(7), uint64(9), uint8(200), uint8(3), 0.5)
 	f.Add(uint64(3), uint64(3), uint8(0), uint8(1), 0.0)
+	f.Add(uint64(5), uint64(11), uint8(30), uint8(8), 0.4)
 	f.Fuzz(func(t *testing.T, s1, s2 uint64, size, flags uint8, frac float64) {
 		if frac != frac || frac < 0 || frac > 2 {
 			frac = 0.5
@@ -31,15 +32,26 @@ func FuzzHandleAdmissionFailure(f *testing.F) {
 			admit = g.pod()
 		}
 		reasons := g.reasons(pods, frac)
-		want := run(t, stockHandler, admit, pods, reasons, lifecycle.AddOperation, false)
-		got := run(t, critletHandler(options.Upstream()), admit, pods, reasons, lifecycle.AddOperation, false)
+		var failing func(*v1.Pod) bool
+		if flags&8 != 0 {
+			failing = failSome
+		}
+		want := run(t, stockHandler, admit, pods, reasons, lifecycle.AddOperation, failing)
+		got := run(t, critletHandler(options.Upstream()), admit, pods, reasons, lifecycle.AddOperation, failing)
 		if err := compare(want, got, true); err != nil {
 			t.Fatal(err)
 		}
-		if err := compare(want, run(t, critletHandler(options.Defaults()), admit, pods, reasons, lifecycle.AddOperation, false), false); err != nil {
+		if _, err := checkAdmitPodEvents(want, got); err != nil {
+			t.Fatal(err)
+		}
+		dflt := run(t, critletHandler(options.Defaults()), admit, pods, reasons, lifecycle.AddOperation, failing)
+		if err := compare(want, dflt, false); err != nil {
 			t.Fatalf("default settings: %v", err)
 		}
-		again := run(t, critletHandler(options.Upstream()), admit, pods, reasons, lifecycle.AddOperation, false)
+		if _, err := checkAdmitPodEvents(want, dflt); err != nil {
+			t.Fatalf("default settings: %v", err)
+		}
+		again := run(t, critletHandler(options.Upstream()), admit, pods, reasons, lifecycle.AddOperation, failing)
 		if err := compare(got, again, true); err != nil {
 			t.Fatalf("not deterministic: %v", err)
 		}

@@ -1,7 +1,9 @@
 package preemption
 
 import (
+	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +14,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/record"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
-	"k8s.io/klog/v2/ktesting"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
@@ -213,8 +215,10 @@ func TestHandleAdmissionFailureScenarios(t *testing.T) {
 			if op == "" {
 				op = lifecycle.AddOperation
 			}
-			_, ctx := ktesting.NewTestContext(t)
-			reasons, err := h.HandleAdmissionFailure(ctx, tc.admit, tc.reasons, op)
+			logs := &logCapture{}
+			before := preemptionsByLabel(t)
+			reasons, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), logs.logger()), tc.admit, tc.reasons, op)
+			preempted := grown(before, preemptionsByLabel(t))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error %v, want error: %v", err, tc.wantErr)
 			}
@@ -230,6 +234,33 @@ func TestHandleAdmissionFailureScenarios(t *testing.T) {
 			}
 			if !equalStrings(got, tc.wantReasons) {
 				t.Errorf("reasons %v, want %v", got, tc.wantReasons)
+			}
+			// The stock kubelet's lines and counter: a failed kill is logged
+			// as an error and not counted; each other victim is logged as
+			// evicted and counted under the first shortfall.
+			var failedLines, evictedLines int
+			for _, l := range logs.lines() {
+				switch {
+				case strings.HasPrefix(l, "error Failed to evict pod err=kill failed "):
+					failedLines++
+				case strings.HasPrefix(l, "info V0 Pod evicted successfully "):
+					evictedLines++
+				}
+			}
+			wantFailed, wantEvicted := 0, len(tc.wantKilled)
+			if tc.killFails {
+				wantFailed, wantEvicted = len(tc.wantKilled), 0
+			}
+			if failedLines != wantFailed || evictedLines != wantEvicted {
+				t.Errorf("%d \"Failed to evict pod\" and %d \"Pod evicted successfully\" lines, want %d and %d:\n%s",
+					failedLines, evictedLines, wantFailed, wantEvicted, strings.Join(logs.lines(), "\n"))
+			}
+			wantPreempted := map[string]float64{}
+			if wantEvicted > 0 {
+				wantPreempted[string(tc.reasons[0].(*lifecycle.InsufficientResourceError).ResourceName)] = float64(wantEvicted)
+			}
+			if !reflect.DeepEqual(preempted, wantPreempted) {
+				t.Errorf("kubelet_preemptions grew by %v, want %v", preempted, wantPreempted)
 			}
 			close(rec.Events)
 			var victimEvents, preemptorEvents int
@@ -275,7 +306,7 @@ func TestNearTieNodeMatchesStock(t *testing.T) {
 		castPod("pod-5", "550m", "128Mi", true, nil),
 	}
 	reasons := []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 500), insufficientOf(v1.ResourceMemory, 1280*mi)}
-	want := run(t, stockHandler, clusterCritPod, pods, reasons, lifecycle.AddOperation, false)
+	want := run(t, stockHandler, clusterCritPod, pods, reasons, lifecycle.AddOperation, nil)
 	var names []string
 	for _, k := range want.kills {
 		names = append(names, strings.TrimPrefix(k.uid, "uid-"))
@@ -284,9 +315,16 @@ func TestNearTieNodeMatchesStock(t *testing.T) {
 	if got := strings.Join(names, ","); got != "pod-0,pod-2,pod-3,pod-4" {
 		t.Fatalf("stock handler killed %s, want pod-0,pod-2,pod-3,pod-4", got)
 	}
+	// Also with the kills of pod-2 and pod-4 failing: the stock kubelet
+	// logs them, counts only the others and admits all the same.
+	failing := func(p *v1.Pod) bool { return p.Name == "pod-2" || p.Name == "pod-4" }
+	wantFailing := run(t, stockHandler, clusterCritPod, pods, reasons, lifecycle.AddOperation, failing)
 	for _, o := range []options.Options{options.Upstream(), options.Defaults()} {
-		if err := compare(want, run(t, critletHandler(o), clusterCritPod, pods, reasons, lifecycle.AddOperation, false), o.Parallelism == 1); err != nil {
+		if err := compare(want, run(t, critletHandler(o), clusterCritPod, pods, reasons, lifecycle.AddOperation, nil), o.Parallelism == 1); err != nil {
 			t.Errorf("%v:\n%v", o, err)
+		}
+		if err := compare(wantFailing, run(t, critletHandler(o), clusterCritPod, pods, reasons, lifecycle.AddOperation, failing), o.Parallelism == 1); err != nil {
+			t.Errorf("%v, failing kills:\n%v", o, err)
 		}
 	}
 }

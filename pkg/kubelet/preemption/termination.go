@@ -24,7 +24,8 @@ const (
 // may take to stop it by force before a kill timeout counts it as failed.
 const forcedStopAllowance = 2 * time.Second
 
-// terminate kills pods through the pod workers, at most Parallelism at once,
+// terminate kills pods through the pod workers, each holding one of the
+// admission's slots (at most Parallelism kills at once across its rounds),
 // and returns each one's verdict: nil when it was stopped. Events and log
 // lines are the stock kubelet's: the Preempting event and "Preempting pod to
 // free up resources" as each kill starts, in plan order, then "Pod evicted
@@ -32,7 +33,7 @@ const forcedStopAllowance = 2 * time.Second
 func (a *admission) terminate(ctx context.Context, pods []*v1.Pod) []error {
 	c := a.handler
 	policy := string(c.opts.Policy)
-	return termination.Run(ctx, len(pods), c.opts.Parallelism, termination.Funcs{
+	return termination.Run(ctx, len(pods), a.slots, termination.Funcs{
 		Start: func(i int) {
 			pod := pods[i]
 			c.recorder.Eventf(pod, v1.EventTypeWarning, events.PreemptContainer, victimMessage)

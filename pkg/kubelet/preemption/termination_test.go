@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -626,5 +627,137 @@ func BenchmarkTermination(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// On kubelet shutdown (the context HandleAdmissionFailure gets is done while
+// victims terminate), compared with the stock kubelet. Stock ignores the
+// context: it calls every planned victim's kill, one after another, each
+// waited for, and then admits. critlet starts no further kill and no
+// re-planning round, stops waiting for the kills in flight (the pod workers
+// go on with them) and admits at once with a PreemptionIncomplete event.
+// With the default parallelism every victim's kill was already in flight, so
+// both kubelets ask for the same kills; one at a time, critlet asks for
+// fewer. Neither refuses the critical pod.
+func TestShutdownComparedWithStock(t *testing.T) {
+	pods := uniformNode(3)
+	type result struct {
+		kills          int
+		returnedFirst  bool // returned before any kill was let finish
+		admitted       bool
+		admitPodEvents []string
+	}
+	drive := func(impl implementation, inFlight int) result {
+		var mu sync.Mutex
+		var res result
+		arrived := make(chan struct{}, len(pods))
+		release := make(chan struct{})
+		kill := func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
+			mu.Lock()
+			res.kills++
+			mu.Unlock()
+			arrived <- struct{}{}
+			<-release
+			return nil
+		}
+		rec := &eventCapture{}
+		h := impl(func() []*v1.Pod { return pods }, kill, rec)
+		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
+		defer cancel()
+		returned := make(chan []lifecycle.PredicateFailureReason, 1)
+		go func() {
+			reasons, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(250), lifecycle.AddOperation)
+			if err != nil {
+				t.Errorf("refused on shutdown: %v", err)
+			}
+			returned <- reasons
+		}()
+		for range inFlight {
+			<-arrived
+		}
+		cancel()
+		var reasons []lifecycle.PredicateFailureReason
+		select {
+		case reasons = <-returned:
+			res.returnedFirst = true
+			close(release)
+		case <-time.After(500 * time.Millisecond):
+			close(release)
+			reasons = <-returned
+		}
+		res.admitted = len(reasons) == 0
+		for _, e := range rec.list() {
+			if e.object == clusterCritPod.Namespace+"/"+clusterCritPod.Name {
+				res.admitPodEvents = append(res.admitPodEvents, strings.Fields(e.text)[1])
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return res
+	}
+	for _, tc := range []struct {
+		name     string
+		impl     implementation
+		inFlight int
+		want     result
+	}{
+		{"stock", stockHandler, 1, result{kills: 3, admitted: true}},
+		{"critlet defaults", critletHandler(options.Defaults()), 3,
+			result{kills: 3, returnedFirst: true, admitted: true, admitPodEvents: []string{reasonPreemptionIncomplete}}},
+		{"critlet one at a time", critletHandler(options.Upstream()), 1,
+			result{kills: 1, returnedFirst: true, admitted: true, admitPodEvents: []string{reasonPreemptionIncomplete}}},
+	} {
+		if got := drive(tc.impl, tc.inFlight); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The parallelism bounds the kills in flight across all re-planning rounds
+// of one admission: victims given up on after the kill timeout keep their
+// slots until their kills return, so the next round waits for them.
+func TestParallelismHoldsAcrossReplanningRounds(t *testing.T) {
+	const parallelism = 2
+	pods := uniformNode(6)
+	var mu sync.Mutex
+	var inFlight, peak, calls int
+	release := make(chan struct{})
+	kill := func(*v1.Pod, bool, *int64, func(*v1.PodStatus)) error {
+		mu.Lock()
+		calls++
+		inFlight++
+		peak = max(peak, inFlight)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	}
+	opts := options.Options{Policy: victims.PolicyUpstream, Parallelism: parallelism, MaxReplans: 2, KillTimeout: 10 * time.Millisecond}
+	h := newHandler(func() []*v1.Pod { return pods }, kill, record.NewFakeRecorder(50), opts)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), logr.Discard()), clusterCritPod, memoryShortfall(150), lifecycle.AddOperation)
+		done <- err
+	}()
+	// Round 1's two victims time out after the forced stop's allowance
+	// (their grace period is 0); round 2 is planned but must wait for their
+	// slots.
+	time.Sleep(forcedStopAllowance + 500*time.Millisecond)
+	mu.Lock()
+	early := calls
+	mu.Unlock()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if early != parallelism || peak > parallelism {
+		t.Fatalf("%d kills called while the first round's hung, %d in flight at most; want %d and at most %d", early, peak, parallelism, parallelism)
+	}
+	if calls <= parallelism {
+		t.Fatalf("%d kills in all: re-planning never ran", calls)
 	}
 }

@@ -1,6 +1,7 @@
 // Package termination runs the kills of one admission's victims: at most a
-// given number at once, each waited for at most its own timeout, none
-// started once the admission's context is done.
+// given number at once across all of the admission's rounds, each waited for
+// at most its own timeout, none started once the admission's context is
+// done.
 //
 // It knows victims only by their index and does no I/O of its own: what a
 // kill does, and what is logged or counted about it, belongs to the caller's
@@ -11,14 +12,16 @@
 //	Done(i, verdict)  once: Kill's error, ErrTimeout, or ErrCancelled
 //	Late(i, err)      once more, only when the verdict came before Kill returned
 //
-// A victim holds one of the parallelism slots from Start until Kill has
-// returned and been reported, so at most parallelism kills are ever in
-// flight, even while victims are timing out. With parallelism 1 each
-// victim's Done comes before the next victim's Start.
+// A victim holds one of the Slots from Start until Kill has returned and
+// been reported. Runs that share Slots (one admission's re-planning rounds)
+// therefore never have more kills in flight together than the Slots hold,
+// even while victims of an earlier run are still terminating after their
+// timeout: a later run waits for their slots. With one slot each victim's
+// Done comes before the next victim's Start.
 //
 // Cost: two goroutines and one timer per victim; Run returns once every
 // started victim has a verdict, which is at most the slowest verdict after
-// the last start.
+// the last start (plus, for a later run, the wait for slots still held).
 package termination
 
 import (
@@ -52,11 +55,16 @@ type Funcs struct {
 	Late    func(i int, err error)
 }
 
-// Run kills victims 0 to n-1 with at most parallelism (>= 1) at once and
-// returns each one's verdict: nil when it was stopped.
-func Run(ctx context.Context, n, parallelism int, f Funcs) []error {
+// Slots bounds the kills in flight at once across the runs that share it.
+type Slots chan struct{}
+
+// NewSlots returns Slots for at most parallelism (>= 1) kills at once.
+func NewSlots(parallelism int) Slots { return make(Slots, parallelism) }
+
+// Run kills victims 0 to n-1, each while holding one of slots, and returns
+// each one's verdict: nil when it was stopped.
+func Run(ctx context.Context, n int, slots Slots, f Funcs) []error {
 	verdicts := make([]error, n)
-	slots := make(chan struct{}, parallelism)
 	var wg sync.WaitGroup
 	for i := range n {
 		select {

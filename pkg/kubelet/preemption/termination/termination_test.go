@@ -64,7 +64,7 @@ func (tr *trace) funcs(gate func(int) <-chan struct{}, result func(int) error, t
 func TestParallelismOneRunsVictimsOneAfterAnother(t *testing.T) {
 	tr := newTrace()
 	boom := errors.New("boom")
-	verdicts := Run(context.Background(), 3, 1, tr.funcs(func(int) <-chan struct{} { return nil },
+	verdicts := Run(context.Background(), 3, NewSlots(1), tr.funcs(func(int) <-chan struct{} { return nil },
 		func(i int) error {
 			if i == 1 {
 				return boom
@@ -86,7 +86,7 @@ func TestInFlightNeverExceedsParallelismEvenAfterTimeouts(t *testing.T) {
 	release := make(chan struct{})
 	finished := make(chan []error)
 	go func() {
-		finished <- Run(context.Background(), n, parallelism, tr.funcs(func(int) <-chan struct{} { return release },
+		finished <- Run(context.Background(), n, NewSlots(parallelism), tr.funcs(func(int) <-chan struct{} { return release },
 			func(int) error { return nil }, 10*time.Millisecond))
 	}()
 	// The first three time out long before this; their kills still hold
@@ -150,7 +150,7 @@ func TestCancelledContextStartsNothingMore(t *testing.T) {
 		}
 		return nil
 	}, func(int) error { return nil }, 0)
-	verdicts := Run(ctx, 4, 1, f)
+	verdicts := Run(ctx, 4, NewSlots(1), f)
 	want := []string{"start 0", "done 0 <nil>", "start 1"}
 	if len(tr.steps) != 4 || !slices.Equal(tr.steps[:3], want) {
 		t.Fatalf("steps %q, want %q and victim 1 stopped waiting for", tr.steps, want)
@@ -165,7 +165,7 @@ func TestCancelledContextStartsNothingMore(t *testing.T) {
 	}
 
 	tr = newTrace()
-	if verdicts := Run(ctx, 2, 8, tr.funcs(func(int) <-chan struct{} { return nil }, func(int) error { return nil }, 0)); len(tr.steps) != 0 ||
+	if verdicts := Run(ctx, 2, NewSlots(8), tr.funcs(func(int) <-chan struct{} { return nil }, func(int) error { return nil }, 0)); len(tr.steps) != 0 ||
 		!errors.Is(verdicts[0], ErrNotStarted) || !errors.Is(verdicts[1], ErrNotStarted) {
 		t.Fatalf("with the context already done: steps %q, verdicts %v; want nothing started", tr.steps, verdicts)
 	}
@@ -178,7 +178,7 @@ func TestVictimsRunConcurrently(t *testing.T) {
 		release := make(chan struct{})
 		f := tr.funcs(func(int) <-chan struct{} { arrived <- struct{}{}; return release }, func(int) error { return nil }, 0)
 		finished := make(chan []error)
-		go func() { finished <- Run(context.Background(), 5, parallelism, f) }()
+		go func() { finished <- Run(context.Background(), 5, NewSlots(parallelism), f) }()
 		want := min(parallelism, 5)
 		for k := range want {
 			select {
@@ -192,5 +192,45 @@ func TestVictimsRunConcurrently(t *testing.T) {
 		if tr.peak != want {
 			t.Fatalf("parallelism %d: peak %d kills at once, want %d", parallelism, tr.peak, want)
 		}
+	}
+}
+
+// Runs sharing Slots (one admission's rounds) never exceed them together: a
+// later run waits while kills of an earlier one, given up on after their
+// timeout, still hold their slots.
+func TestSharedSlotsBoundKillsAcrossRuns(t *testing.T) {
+	const parallelism = 2
+	slots := NewSlots(parallelism)
+	tr := newTrace()
+	release := make(chan struct{})
+	hang := func(int) <-chan struct{} { return release }
+	ok := func(int) error { return nil }
+	// The first run's two victims time out and keep terminating.
+	first := Run(context.Background(), 2, slots, tr.funcs(hang, ok, 10*time.Millisecond))
+	for i, v := range first {
+		if !errors.Is(v, ErrTimeout) {
+			t.Fatalf("first run, victim %d: verdict %v, want ErrTimeout", i, v)
+		}
+	}
+	second := newTrace()
+	finished := make(chan []error)
+	go func() {
+		finished <- Run(context.Background(), 2, slots, second.funcs(func(int) <-chan struct{} { return nil }, ok, 0))
+	}()
+	time.Sleep(200 * time.Millisecond)
+	second.mu.Lock()
+	started := len(second.steps)
+	second.mu.Unlock()
+	if started != 0 {
+		t.Fatalf("the second run started %q while the first run's %d kills held every slot", second.steps, parallelism)
+	}
+	close(release)
+	select {
+	case verdicts := <-finished:
+		if verdicts[0] != nil || verdicts[1] != nil {
+			t.Fatalf("second run: verdicts %v", verdicts)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second run did not go on once the first run's kills returned")
 	}
 }
