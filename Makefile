@@ -87,28 +87,27 @@ test: test-unit test-build test-package test-e2e-node test-e2e-upstream
 
 # -trimpath, as the kubelet builds use, lets tests and builds share compiled
 # dependencies in Go's cache.
-# containerd (node-deps) is needed by a unit test too; under make test no
-# test may skip for a tool the project installs (internal/testenv).
-test-unit: export CRITLET_TEST_NO_SKIP := 1
+# containerd (node-deps) is needed by a unit test too. Every suite of make
+# test runs through hack/go-test.sh, which fails on a skipped test or a suite
+# that ran nothing, and with CRITLET_TEST_NO_SKIP no test may skip for a tool
+# the project installs (internal/testenv).
+export CRITLET_TEST_NO_SKIP := 1
 test-unit: test-deps node-deps
 	go vet -trimpath ./...
 	go vet -trimpath -tags e2enode ./test/e2e_node/...
 	go vet -trimpath -tags packagecheck ./test/package/
 	go vet -trimpath -tags buildcheck,releasecheck ./test/build/
-	mkdir -p _output
-	go test -trimpath -v ./... > _output/test-unit.log 2>&1 || { cat _output/test-unit.log; exit 1; }
-	grep -E '^(ok|FAIL|\?) ' _output/test-unit.log
-	if grep -- '--- SKIP' _output/test-unit.log; then echo "test-unit: the tests above skipped; under make test every test must run" >&2; exit 1; fi
+	hack/go-test.sh unit -- -trimpath ./...
 	# The race detector on the pure packages, and on the handler's concurrent
 	# termination (race-compiling its kubelet dependencies costs about ten
 	# minutes once, then comes from the cache).
-	go test -race ./pkg/kubelet/preemption/victims/... ./pkg/kubelet/preemption/options/... ./pkg/kubelet/preemption/termination/...
-	go test -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled' ./pkg/kubelet/preemption
+	hack/go-test.sh race-pure -- -race ./pkg/kubelet/preemption/victims/... ./pkg/kubelet/preemption/options/... ./pkg/kubelet/preemption/termination/...
+	hack/go-test.sh race-handler -- -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown' ./pkg/kubelet/preemption
 	# Victims must be the stock kubelet's on every code generator: amd64 v3
 	# and arm64 fuse multiply-adds where v1 cannot. The selection's and the
 	# handler's tests again there, arm64 under user-mode emulation.
-	GOAMD64=v3 go test -trimpath $(CROSS_TESTS)
-	GOARCH=arm64 go test -trimpath -exec qemu-aarch64-static $(CROSS_TESTS)
+	GOAMD64=v3 hack/go-test.sh amd64-v3 -- -trimpath $(CROSS_TESTS)
+	GOARCH=arm64 hack/go-test.sh arm64 -- -trimpath -exec qemu-aarch64-static $(CROSS_TESTS)
 
 CROSS_TESTS := ./pkg/kubelet/preemption/ ./pkg/kubelet/preemption/victims/ ./pkg/kubelet/preemption/termination/
 
@@ -119,20 +118,20 @@ test-deps:
 # Checks of the built binaries: version, flags, unpatched-build guard, the
 # handler's presence in the machine code, and size.
 test-build: kubelet kubelet-stock
-	go test -tags buildcheck -count=1 -timeout 45m -v ./test/build/
+	hack/go-test.sh build --stream -- -tags buildcheck -count=1 -timeout 45m ./test/build/
 
 # The packages: metadata and files as dpkg and rpm read them, installs,
 # upgrades, removals and swaps with the stock package in a scratch root, the
 # command systemd would run beside kubeadm's drop-in, reproducibility.
 test-package: test-deps package kubelet-stock
-	go test -trimpath -tags packagecheck -count=1 -timeout 20m -v ./test/package/
+	hack/go-test.sh package --stream -- -trimpath -tags packagecheck -count=1 -timeout 20m ./test/package/
 
 # The node e2e suite: every scenario on a fresh node, once with each kubelet.
 # The suite removes its node when it ends; the local-node down afterwards
 # covers a run killed by its timeout. The table is in _output/e2e-node-report.md.
 E2E_STATE := _output/e2e-node
 test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain package
-	status=0; go test -trimpath -tags e2enode -count=1 -timeout 90m -v ./test/e2e_node/ -args -state "$$(pwd)/$(E2E_STATE)" || status=$$?; \
+	status=0; hack/go-test.sh e2e-node --stream -- -trimpath -tags e2enode -count=1 -timeout 90m ./test/e2e_node/ -args -state "$$(pwd)/$(E2E_STATE)" || status=$$?; \
 	_output/bin/local-node down -state "$(E2E_STATE)" >/dev/null || status=1; exit $$status
 
 # Upstream's own node e2e suite, compiled unmodified from the pinned module,

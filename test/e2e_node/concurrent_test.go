@@ -3,7 +3,6 @@
 package e2enode
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Critical pods arriving together on a full node: eight pods ignoring
@@ -50,7 +48,8 @@ func TestConcurrentCriticalPods(t *testing.T) {
 			}
 			took := time.Since(start)
 			crits = append(crits, created...)
-			got := e.waitVictimCount(len(crits))
+			// A wrongly chosen further victim would follow after a grace period.
+			got := e.waitVictims("", len(crits), 3*time.Second)
 			if len(got) != len(crits) {
 				e.t.Errorf("after %d critical pods, %d preempted (%v), want %d: one share each", len(crits), len(got), got, len(crits))
 			}
@@ -102,16 +101,4 @@ func (e *env) createTogether(specs []podSpec) []*v1.Pod {
 		e.t.Fatal(err)
 	}
 	return out
-}
-
-// waitVictimCount waits up to 30 s until want pods carry the kubelet's
-// preemption condition (a victim's status reaches the API after its
-// kill), then a few seconds more in which no further pod may go.
-func (e *env) waitVictimCount(want int) []string {
-	e.t.Helper()
-	_ = wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return len(e.victims()) >= want, nil
-	})
-	e.settle(3 * time.Second)
-	return e.victims()
 }

@@ -4,7 +4,6 @@ package e2enode
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -22,7 +21,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -165,7 +163,7 @@ func (e *env) explainSeed(seed int, policy string, alloc v1.ResourceList) seedRe
 	default:
 		e.t.Fatalf("seed %d: explain's verdict %s: the critical pod was sized not to fit", seed, ex.Verdict)
 	}
-	got := e.seedVictims(seed, len(want))
+	got := e.waitVictims(fmt.Sprintf("s%02d-", seed), len(want), time.Second)
 	keys := func(names []string) []string {
 		var out []string
 		for _, name := range names {
@@ -216,33 +214,6 @@ func (e *env) explainLive(s podSpec, policy string) *explain.Explanation {
 		e.t.Errorf("critlet-explain exited %d for verdict %s", code, ex.Verdict)
 	}
 	return &ex
-}
-
-// seedVictims waits until the seed's pods carrying the kubelet's
-// preemption condition number want, or 20 seconds pass: statuses reach the
-// API after the kills. It returns their names.
-func (e *env) seedVictims(seed, want int) []string {
-	e.t.Helper()
-	prefix := fmt.Sprintf("s%02d-", seed)
-	var got []string
-	_ = wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
-		got = got[:0]
-		for _, name := range e.victims() {
-			if strings.HasPrefix(name, prefix) {
-				got = append(got, name)
-			}
-		}
-		return len(got) >= want, nil
-	})
-	// Nothing more may go once the count is reached.
-	e.settle(time.Second)
-	got = got[:0]
-	for _, name := range e.victims() {
-		if strings.HasPrefix(name, prefix) {
-			got = append(got, name)
-		}
-	}
-	return got
 }
 
 func (e *env) describeDrawn(drawn []randomPod) string {

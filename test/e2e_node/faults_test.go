@@ -5,6 +5,7 @@ package e2enode
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,12 +15,19 @@ import (
 )
 
 // A component of the node fails while the kubelet is terminating victims for
-// a critical pod: upstream's three pods, the Burstable and Guaranteed ones
-// ignoring SIGTERM for a 10 s grace period, so that the fault lands while
-// the first victim is still terminating. Whatever the fault, what must hold
-// afterwards is the same: the critical pod runs, once; exactly the pods
-// upstream's rule chose were preempted, each ending as a preempted pod does
-// and none started again; the BestEffort pod runs on in the same container.
+// a critical pod. The node holds a BestEffort pod, two Burstable pods of
+// 200m/200Mi and a Guaranteed one of the same size, all witnessed
+// (witness_test.go) and ignoring SIGTERM for a 10 s grace period; the
+// critical pod asks for the node less the Guaranteed pod, so upstream's rule
+// takes exactly the two Burstable pods (they cover the shortfall between
+// them; Guaranteed goes only for what Burstable cannot free) and the
+// Guaranteed and BestEffort pods must survive. The fault begins once a
+// victim has received SIGTERM, and both victims must still be alive (by
+// their own heartbeats) when it does. Whatever the fault, what must hold
+// afterwards is the same: the critical pod runs, once; exactly the two
+// Burstable pods were preempted, each ending as a preempted pod does, each
+// container started once by its own record; the survivors run on in their
+// first containers.
 
 // The kubelet is killed outright and started again by its supervisor. The
 // new kubelet knows nothing of the preemption under way: it admits the
@@ -68,38 +76,39 @@ func TestContainerdRestartMidPreemption(t *testing.T) {
 	})
 }
 
-// stubbornCommand ignores SIGTERM: the kubelet must wait out the grace
-// period and kill it.
-var stubbornCommand = []string{"/bin/sh", "-c", `trap "" TERM; while true; do sleep 1; done`}
-
-// stubborn makes s ignore SIGTERM for a grace period of grace seconds.
-func stubborn(s podSpec, grace int64) podSpec {
-	s.command = stubbornCommand
-	s.gracePeriod = ptr.To(grace)
-	return s
-}
-
 // faultDuringPreemption creates the critical pod, injects fault once the
-// first victim's termination has begun, and checks the outcome; a victim
-// may carry up to maxEvents Preempting events.
+// first victim has received SIGTERM, and checks the outcome; a victim may
+// carry up to maxEvents Preempting events.
 func (e *env) faultDuringPreemption(maxEvents int, fault func() string) {
 	e.t.Helper()
-	pods := e.createRunning(bestEffort("besteffort"),
-		stubborn(burstable("burstable", "100m", "100Mi"), 10),
-		stubborn(guaranteed("guaranteed", "100m", "100Mi"), 10))
-	be, victims := pods[0], pods[1:]
+	const grace = 10
+	w := e.newWitness()
+	size := resources("200m", "200Mi")
+	pods := e.createRunning(w.witnessed(bestEffort("besteffort"), grace),
+		w.witnessed(burstable("burstable-a", "200m", "200Mi"), grace),
+		w.witnessed(burstable("burstable-b", "200m", "200Mi"), grace),
+		w.witnessed(guaranteed("guaranteed", "200m", "200Mi"), grace))
+	be, victims, gu := pods[0], pods[1:3], pods[3]
+	survivors := []*v1.Pod{be, gu}
 	containers := map[string]string{}
 	for _, p := range pods {
 		containers[p.Name] = containerID(p)
 	}
+	need := e.allocatable()
+	for name, q := range size {
+		left := need[name]
+		left.Sub(q)
+		need[name] = left
+	}
 
 	start := time.Now()
-	crit := e.create(critical("critical", e.allocatable()))
-	first := e.waitEvent(victims, reasonPreempting, time.Minute)
-	faultAt := time.Since(start)
+	crit := e.create(critical("critical", need))
+	first := e.waitSigterm(w, victims, time.Minute)
+	faultStart := time.Now()
 	what := fault()
-	e.note("%s %s after the critical pod's creation, once %s's termination had begun (the fault lasted %s)",
-		what, faultAt.Round(10*time.Millisecond), first.Name, (time.Since(start) - faultAt).Round(10*time.Millisecond))
+	e.note("%s %s after the critical pod's creation, %s after %s received SIGTERM (the fault lasted %s)",
+		what, faultStart.Sub(start).Round(10*time.Millisecond), faultStart.Sub(first.at).Round(10*time.Millisecond),
+		first.pod.Name, time.Since(faultStart).Round(10*time.Millisecond))
 
 	crit = e.waitPhase(crit, 4*time.Minute, v1.PodRunning)
 	e.row.latency = time.Since(start)
@@ -110,31 +119,75 @@ func (e *env) faultDuringPreemption(maxEvents int, fault func() string) {
 		e.t.Errorf("critical pod's container restarted %d times", n)
 	}
 	counts := make([]int, len(victims))
+	var sigterms []string
 	for i, v := range victims {
 		cur := e.expectTerminatedByPreemption(v, killed)
 		e.expectStartedOnce(cur, containers[v.Name])
+		r := e.expectStartedOnceByRuntime(w, v)
+		if len(r.sigterms) == 0 {
+			e.t.Errorf("victim %s never received SIGTERM by its own record", v.Name)
+		}
+		// Still terminating when the fault began: seen alive after it.
+		if !r.lastBeat.After(faultStart) {
+			e.t.Errorf("victim %s was last seen alive %s before the fault began: the fault did not land while it terminated",
+				v.Name, faultStart.Sub(r.lastBeat))
+		}
+		sigterms = append(sigterms, fmt.Sprintf("%s %d", v.Name, len(r.sigterms)))
 		counts[i] = e.eventCount(cur, reasonPreempting)
 		if counts[i] < 1 || counts[i] > maxEvents {
 			e.t.Errorf("victim %s has %d %s events, want 1 to %d", v.Name, counts[i], reasonPreempting, maxEvents)
 		}
 	}
-	e.note("%s events: %s %d, %s %d", reasonPreempting, victims[0].Name, counts[0], victims[1].Name, counts[1])
-	cur = e.expectPhase(be, v1.PodRunning)
-	e.expectStartedOnce(cur, containers[be.Name])
-	if restarts(cur) != 0 {
-		e.t.Errorf("BestEffort pod's container restarted %d times", restarts(cur))
-	}
-	if n := e.eventCount(cur, reasonPreempting); n != 0 {
-		e.t.Errorf("BestEffort pod has %d %s events, want none", n, reasonPreempting)
+	e.note("%s events: %s %d, %s %d; SIGTERMs received: %s", reasonPreempting, victims[0].Name, counts[0], victims[1].Name, counts[1],
+		strings.Join(sigterms, ", "))
+	for _, p := range survivors {
+		cur = e.expectPhase(p, v1.PodRunning)
+		e.expectStartedOnce(cur, containers[p.Name])
+		if r := e.expectStartedOnceByRuntime(w, p); len(r.sigterms) != 0 {
+			e.t.Errorf("surviving pod %s received %d SIGTERMs", p.Name, len(r.sigterms))
+		}
+		if restarts(cur) != 0 {
+			e.t.Errorf("surviving pod %s's container restarted %d times", p.Name, restarts(cur))
+		}
+		if n := e.eventCount(cur, reasonPreempting); n != 0 {
+			e.t.Errorf("surviving pod %s has %d %s events, want none", p.Name, n, reasonPreempting)
+		}
 	}
 	e.expectVictims(victims[0].Name, victims[1].Name)
 }
 
-// expectStartedOnce checks that p's container was started once, and is
-// still (or was last) the one with ID first. A status the kubelet built
-// while the runtime could not answer may have lost the ID (and counted a
-// restart for the missing container, which upstream does too); the
-// Started events then tell.
+// sigterm is the first SIGTERM one of a set of witnessed pods received.
+type sigterm struct {
+	pod *v1.Pod
+	at  time.Time
+}
+
+// waitSigterm waits until one of pods has received SIGTERM by its own
+// record.
+func (e *env) waitSigterm(w *witness, pods []*v1.Pod, timeout time.Duration) sigterm {
+	e.t.Helper()
+	var found sigterm
+	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		for _, p := range pods {
+			if r, err := w.read(p); err == nil && len(r.sigterms) > 0 {
+				found = sigterm{p, r.sigterms[0]}
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		e.t.Fatalf("no SIGTERM received by %s within %s: %v", podNames(pods), timeout, err)
+	}
+	return found
+}
+
+// expectStartedOnce checks, from the kubelet's side, that p's container was
+// started once (one Started event) and is still (or was last) the one with
+// ID first. A status the kubelet built while the runtime could not answer
+// may have lost the ID (and counted a restart for the missing container,
+// which upstream does too): that is noted, and the container's own record
+// (expectStartedOnceByRuntime) proves the single start.
 func (e *env) expectStartedOnce(p *v1.Pod, first string) {
 	e.t.Helper()
 	if id := containerID(p); id != "" && id != first {
@@ -190,4 +243,15 @@ func restarts(p *v1.Pod) int32 {
 		n += s.RestartCount
 	}
 	return n
+}
+
+// stubbornCommand ignores SIGTERM: the kubelet must wait out the grace
+// period and kill it.
+var stubbornCommand = []string{"/bin/sh", "-c", `trap "" TERM; while true; do sleep 1; done`}
+
+// stubborn makes s ignore SIGTERM for a grace period of grace seconds.
+func stubborn(s podSpec, grace int64) podSpec {
+	s.command = stubbornCommand
+	s.gracePeriod = ptr.To(grace)
+	return s
 }

@@ -129,6 +129,10 @@ func runScenario(t *testing.T, name string, opts scenarioOptions, fn func(e *env
 		runs = append(runs, opts.critletVariants...)
 		runs = append(runs, opts.critletOnly...)
 	}
+	if len(runs) == 0 {
+		// Visible, and a failure under make test (hack/go-test.sh).
+		t.Skipf("scenario %s: no run for -kubelets=%s", name, *only)
+	}
 	for _, k := range runs {
 		t.Run(k.name, func(t *testing.T) {
 			row := &result{scenario: name, kubelet: k.name}
@@ -219,6 +223,7 @@ type podSpec struct {
 	command          []string
 	gracePeriod      *int64
 	runtimeClass     string
+	hostDir          string // a host directory mounted at /witness (witness_test.go)
 }
 
 func (s podSpec) pod(node string) *v1.Pod {
@@ -253,6 +258,11 @@ func (s podSpec) pod(node string) *v1.Pod {
 				Resources:       v1.ResourceRequirements{Requests: s.requests, Limits: s.limits},
 			}},
 		},
+	}
+	if s.hostDir != "" {
+		p.Spec.Volumes = []v1.Volume{{Name: "witness", VolumeSource: v1.VolumeSource{
+			HostPath: &v1.HostPathVolumeSource{Path: s.hostDir, Type: ptr.To(v1.HostPathDirectoryOrCreate)}}}}
+		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "witness", MountPath: "/witness"}}
 	}
 	return p
 }
@@ -442,6 +452,28 @@ func (e *env) victims() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// waitVictims waits up to 30 s until want pods named with prefix carry
+// the kubelet's preemption condition (a victim's status reaches the API
+// after its kill), then for quiet, in which no further pod may go, and
+// returns their names.
+func (e *env) waitVictims(prefix string, want int, quiet time.Duration) []string {
+	e.t.Helper()
+	named := func() []string {
+		var out []string
+		for _, name := range e.victims() {
+			if strings.HasPrefix(name, prefix) {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	_ = wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(named()) >= want, nil
+	})
+	e.settle(quiet)
+	return named()
 }
 
 // expectVictims checks that exactly want were preempted, and records them.

@@ -8,15 +8,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
+	resourcehelper "k8s.io/component-helpers/resource"
 	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	stock "k8s.io/kubernetes/pkg/kubelet/preemption"
@@ -26,9 +27,11 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// fullNodeSeed draws scenario 19's pods; 0 draws a seed per suite run,
-// shared by every kubelet of the run and printed in the report.
-var fullNodeSeed = flag.Uint64("full-node-seed", 0, "seed of scenario 19's pods (0: a new one each run)")
+// fullNodeSeeds draw scenario 19's nodes: a fixed seed, so that every run
+// checks one known node, and one drawn anew per suite run (shared by every
+// kubelet of the run and printed in the report); a failure names its seed,
+// which -full-node-seeds=N repeats.
+var fullNodeSeeds = flag.String("full-node-seeds", "1901,random", "seeds of scenario 19's nodes, comma-separated; random draws one per run")
 
 // defaultMaxPods is the kubelet's default maxPods.
 const defaultMaxPods = 110
@@ -36,97 +39,144 @@ const defaultMaxPods = 110
 // A node at the kubelet's default 110 pods, drawn from a seed: BestEffort,
 // Burstable and Guaranteed pods of a few sizes, with no priority, two user
 // priorities, or system-cluster-critical (which a system-node-critical pod
-// may preempt, being of higher priority). A critical pod then needs a pod
-// slot and more cpu (and on odd seeds memory) than is free. The victims
-// must be those upstream's own handler picks, run inside the test on the
-// same pods with the failure reasons the kubelet's admission computes
-// (upstream's scheduler code, as the kubelet's). The kubelet's pod list
-// has no stable order, so where pods are alike in everything upstream
-// reads (whether the critical pod may preempt them, QoS class, requests)
-// either may be taken: the victims are compared by those.
+// may preempt, being of higher priority). A first critical pod then needs a
+// pod slot and more cpu than is free; once it runs, a second one needs more
+// cpu and more memory than are then free (and a slot if the first took only
+// one pod). Each time the victims must be those upstream's own handler
+// picks, run inside the test on the node's pods with the failure reasons
+// the kubelet's admission computes (upstream's scheduler code, as the
+// kubelet's). The kubelet's pod list has no stable order, so where pods are
+// alike in everything upstream reads (whether the critical pod may preempt
+// them, QoS class, requests) either may be taken: the victims are compared
+// by those.
 func TestFullNode(t *testing.T) {
-	seed := fullNodeSeedOnce()
-	opts := scenarioOptions{maxPods: defaultMaxPods, timeout: 15 * time.Minute}
-	runScenario(t, "19 node at 110 pods", opts, func(e *env) {
-		for _, c := range fullNodeClasses {
-			if c.name != "" && !strings.HasPrefix(c.name, "system-") {
-				e.ensurePriorityClass(c.name, c.value)
-			}
-		}
-		specs, crit := drawFullNode(seed, e.allocatable())
-		start := time.Now()
-		pods := e.createAllRunning(specs)
-		e.note("seed %d: %d pods Running in %s", seed, len(pods), time.Since(start).Round(time.Second))
-
-		node, err := e.c.CoreV1().Nodes().Get(e.ctx, e.node, metav1.GetOptions{})
-		if err != nil {
-			e.t.Fatalf("getting the node: %v", err)
-		}
-		critPod := crit.pod(e.node)
-		critPod.Spec.Priority = ptr.To(int32(2_000_001_000)) // as the Priority admission sets it
-		want, reasons, err := stockVictims(node, pods, critPod)
-		if err != nil {
-			e.t.Fatalf("upstream's handler on the node's pods: %v", err)
-		}
-		e.note("upstream's prediction for %s: %d victims", reasons, len(want))
-
-		e.createCritical(crit)
-		got := e.waitVictimCount(len(want))
-		e.row.victims = got
-		byName := map[string]*v1.Pod{}
-		for _, p := range pods {
-			byName[p.Name] = p
-		}
-		keys := func(names []string) []string {
-			var out []string
-			for _, n := range names {
-				if p, ok := byName[n]; ok {
-					out = append(out, upstreamKey(critPod, p))
-				} else {
-					out = append(out, "not a filler: "+n)
+	seeds, err := parseSeeds(*fullNodeSeeds, uint64(time.Now().UnixNano()%1_000_000)+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seed := range seeds {
+		opts := scenarioOptions{maxPods: defaultMaxPods, timeout: 15 * time.Minute}
+		runScenario(t, fmt.Sprintf("19 node at 110 pods, seed %d", seed), opts, func(e *env) {
+			for _, c := range fullNodeClasses {
+				if c.name != "" && !strings.HasPrefix(c.name, "system-") {
+					e.ensurePriorityClass(c.name, c.value)
 				}
 			}
-			slices.Sort(out)
-			return out
-		}
-		e.note("victims alike to upstream's: %s", strings.Join(keys(got), "; "))
-		if g, w := keys(got), keys(want); !slices.Equal(g, w) {
-			e.t.Errorf("the kubelet preempted %d pods %v\n  alike: %v\nupstream's handler picks %d %v\n  alike: %v", len(got), got, g, len(want), want, w)
-		}
-		for _, n := range got {
-			if p, ok := byName[n]; ok {
-				e.expectPreempted(p, exitsOnTerm)
+			rng := rand.New(rand.NewPCG(seed, 0x66756c6c))
+			alloc := e.allocatable()
+			specs, unit := drawFullNode(rng, alloc)
+			start := time.Now()
+			// Ten at a time: 110 sandboxes asked for at once can outlast the
+			// runtime's request deadline on a busy two-core machine, and a
+			// pod whose start failed that way ends Failed (restartPolicy
+			// Never), not preempted.
+			var pods []*v1.Pod
+			for batch := range slices.Chunk(specs, 10) {
+				pods = append(pods, e.createRunning(batch...)...)
 			}
-		}
-		running := 0
-		for _, p := range pods {
-			if !slices.Contains(got, p.Name) {
-				cur, err := e.get(p)
-				if err != nil || cur.Status.Phase != v1.PodRunning {
-					e.t.Errorf("pod %s is not Running: %v %v", p.Name, err, cur.Status.Phase)
+			e.note("seed %d: %d pods Running in %s", seed, len(pods), time.Since(start).Round(time.Second))
+
+			first := e.admitOnFullNode(pods, nil, shortOf(rng, "critical-cpu", alloc, pods, unit, false))
+			second := e.admitOnFullNode(pods, first, shortOf(rng, "critical-memory", alloc, e.activePods(), unit, true))
+			e.row.victims = append(first, second...)
+			for _, p := range pods {
+				if !slices.Contains(e.row.victims, p.Name) {
+					e.expectPhase(p, v1.PodRunning)
 				}
-				running++
 			}
-		}
-		if running+len(got) != len(pods) {
-			e.t.Errorf("%d running and %d preempted of %d pods", running, len(got), len(pods))
-		}
-	})
+		})
+	}
 }
 
-var (
-	fullNodeSeedValue uint64
-	fullNodeSeedInit  sync.Once
-)
-
-func fullNodeSeedOnce() uint64 {
-	fullNodeSeedInit.Do(func() {
-		fullNodeSeedValue = *fullNodeSeed
-		if fullNodeSeedValue == 0 {
-			fullNodeSeedValue = uint64(time.Now().UnixNano()%1_000_000) + 1
+// parseSeeds reads -full-node-seeds; random stands for drawn.
+func parseSeeds(list string, drawn uint64) ([]uint64, error) {
+	var out []uint64
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "random" {
+			out = append(out, drawn)
+			continue
 		}
-	})
-	return fullNodeSeedValue
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("-full-node-seeds: %q is neither a seed above 0 nor random", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// admitOnFullNode predicts with upstream's handler which of the node's
+// active pods crit's admission preempts, creates crit, and checks that the
+// kubelet preempted pods alike to those (fillers only: earlier victims, in
+// before, are not counted again). It returns the new victims.
+func (e *env) admitOnFullNode(fillers []*v1.Pod, before []string, crit podSpec) []string {
+	e.t.Helper()
+	node, err := e.c.CoreV1().Nodes().Get(e.ctx, e.node, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("getting the node: %v", err)
+	}
+	critPod := crit.pod(e.node)
+	critPod.Spec.Priority = ptr.To(int32(2_000_001_000)) // as the Priority admission sets it
+	want, reasons, err := stockVictims(node, e.activePods(), critPod)
+	if err != nil {
+		e.t.Fatalf("%s: upstream's handler on the node's pods: %v", crit.name, err)
+	}
+	e.note("%s: upstream's prediction for %s: %d victims", crit.name, reasons, len(want))
+	if !strings.Contains(reasons, "cpu") || strings.Contains(reasons, "memory") != (crit.name == "critical-memory") {
+		e.t.Fatalf("%s: drawn short of %s, want cpu%s", crit.name, reasons, map[bool]string{true: " and memory", false: " only"}[crit.name == "critical-memory"])
+	}
+
+	e.createCritical(crit)
+	var got []string
+	for _, n := range e.waitVictims("", len(before)+len(want), time.Second) {
+		if !slices.Contains(before, n) {
+			got = append(got, n)
+		}
+	}
+	byName := map[string]*v1.Pod{}
+	for _, p := range fillers {
+		byName[p.Name] = p
+	}
+	keys := func(names []string) []string {
+		var out []string
+		for _, n := range names {
+			if p, ok := byName[n]; ok {
+				out = append(out, upstreamKey(critPod, p))
+			} else {
+				out = append(out, "not a filler: "+n)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	e.note("%s: victims alike to upstream's: %s", crit.name, strings.Join(keys(got), "; "))
+	if g, w := keys(got), keys(want); !slices.Equal(g, w) {
+		e.t.Errorf("%s: the kubelet preempted %d pods %v\n  alike: %v\nupstream's handler picks %d %v\n  alike: %v", crit.name, len(got), got, g, len(want), want, w)
+	}
+	for _, n := range got {
+		if p, ok := byName[n]; ok {
+			e.expectPreempted(p, exitsOnTerm)
+		}
+	}
+	return got
+}
+
+// activePods lists the node's pods the kubelet counts: bound to it and not
+// terminal.
+func (e *env) activePods() []*v1.Pod {
+	e.t.Helper()
+	list, err := e.c.CoreV1().Pods("").List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.node})
+	if err != nil {
+		e.t.Fatalf("listing the node's pods: %v", err)
+	}
+	var out []*v1.Pod
+	for i := range list.Items {
+		if p := &list.Items[i]; p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // fullNodeClasses are the priorities the full node's pods draw from.
@@ -135,15 +185,13 @@ var fullNodeClasses = []struct {
 	value int32
 }{{"", 0}, {"e2e-low", 100}, {"e2e-mid", 1000}, {"system-cluster-critical", 2_000_000_000}}
 
-// drawFullNode returns the seed's 110 pods and the critical pod. Sizes are
-// few, so that many pods are alike; together the pods hold at most 60% of
-// the node's cpu and a tenth of its memory.
-func drawFullNode(seed uint64, alloc v1.ResourceList) ([]podSpec, podSpec) {
-	rng := rand.New(rand.NewPCG(seed, 0x66756c6c))
-	cpuAlloc, memAlloc := alloc.Cpu().MilliValue(), alloc.Memory().Value()>>20
+// drawFullNode returns 110 pods drawn from rng, and the cpu unit their
+// sizes are made of. Sizes are few, so that many pods are alike; together
+// the pods hold at most 60% of the node's cpu and a tenth of its memory.
+func drawFullNode(rng *rand.Rand, alloc v1.ResourceList) ([]podSpec, int64) {
+	cpuAlloc := alloc.Cpu().MilliValue()
 	unit := max(cpuAlloc*60/100/defaultMaxPods/4, 1) // millicores; the largest request is 4 units
 	var specs []podSpec
-	var usedCPU, usedMem int64
 	for i := range defaultMaxPods {
 		name := fmt.Sprintf("pod-%03d", i)
 		class := fullNodeClasses[rng.IntN(len(fullNodeClasses))]
@@ -153,7 +201,7 @@ func drawFullNode(seed uint64, alloc v1.ResourceList) ([]podSpec, podSpec) {
 		var s podSpec
 		switch q := rng.IntN(10); {
 		case q < 2:
-			s, cpu, mem = bestEffort(name), 0, 0
+			s = bestEffort(name)
 		case q < 7:
 			s = podSpec{name: name, requests: req}
 		default:
@@ -164,54 +212,30 @@ func drawFullNode(seed uint64, alloc v1.ResourceList) ([]podSpec, podSpec) {
 			s.namespace = metav1.NamespaceSystem
 		}
 		s.gracePeriod = ptr.To(int64(1))
-		usedCPU += cpu
-		usedMem += mem
 		specs = append(specs, s)
 	}
-	// A pod slot, and between one and twelve units of cpu more than is free.
-	cpuReq := cpuAlloc - usedCPU + unit*(1+rng.Int64N(12))
-	memReq := int64(16)
-	if seed%2 == 1 {
-		memReq = memAlloc - usedMem + 16*(1+rng.Int64N(8))
-	}
-	return specs, critical("critical", resources(fmt.Sprintf("%dm", cpuReq), fmt.Sprintf("%dMi", memReq)))
+	return specs, unit
 }
 
-// createAllRunning creates many pods, a few requests at a time, and waits
-// until all run.
-func (e *env) createAllRunning(specs []podSpec) []*v1.Pod {
-	e.t.Helper()
-	var pods []*v1.Pod
-	for batch := range slices.Chunk(specs, 10) {
-		pods = append(pods, e.createTogether(batch)...)
+// shortOf returns a critical pod named name needing between one and twelve
+// units of cpu more than pods leave free, and with memory between 16 and
+// 128Mi more than they leave free (else 16Mi, which fits).
+func shortOf(rng *rand.Rand, name string, alloc v1.ResourceList, pods []*v1.Pod, unit int64, memory bool) podSpec {
+	var usedCPU, usedMem int64
+	for _, p := range pods {
+		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+		usedCPU += req.Cpu().MilliValue()
+		usedMem += req.Memory().Value()
 	}
-	err := wait.PollUntilContextTimeout(e.ctx, time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := e.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.node})
-		if err != nil {
-			return false, nil
-		}
-		running := 0
-		for _, p := range list.Items {
-			switch p.Status.Phase {
-			case v1.PodRunning:
-				running++
-			case v1.PodFailed, v1.PodSucceeded:
-				return false, fmt.Errorf("pod %s/%s ended %s: %s %s", p.Namespace, p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
-			}
-		}
-		return running == len(specs), nil
+	cpuReq := alloc.Cpu().MilliValue() - usedCPU + unit*(1+rng.Int64N(12))
+	memReq := int64(16 << 20)
+	if memory {
+		memReq = alloc.Memory().Value() - usedMem + (16<<20)*(1+rng.Int64N(8))
+	}
+	return critical(name, v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewMilliQuantity(cpuReq, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(memReq, resource.BinarySI),
 	})
-	if err != nil {
-		e.t.Fatalf("waiting for %d pods to run: %v", len(specs), err)
-	}
-	for i, p := range pods {
-		cur, err := e.get(p)
-		if err != nil {
-			e.t.Fatalf("getting %s: %v", p.Name, err)
-		}
-		pods[i] = cur
-	}
-	return pods
 }
 
 // stockVictims runs upstream's handler on pods for crit, with the failure
@@ -247,10 +271,6 @@ func stockVictims(node *v1.Node, pods []*v1.Pod, crit *v1.Pod) ([]string, string
 // room: whether crit may preempt it (priority counts only there), its QoS
 // class and its requests. Pods with equal keys may stand in for each other.
 func upstreamKey(crit, p *v1.Pod) string {
-	var cpu, mem int64
-	for _, c := range p.Spec.Containers {
-		cpu += c.Resources.Requests.Cpu().MilliValue()
-		mem += c.Resources.Requests.Memory().Value()
-	}
-	return fmt.Sprintf("%s cpu %dm memory %dMi preemptable %t", v1qos.GetPodQOS(p), cpu, mem>>20, kubetypes.Preemptable(crit, p))
+	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	return fmt.Sprintf("%s cpu %dm memory %dMi preemptable %t", v1qos.GetPodQOS(p), req.Cpu().MilliValue(), req.Memory().Value()>>20, kubetypes.Preemptable(crit, p))
 }

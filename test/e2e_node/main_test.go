@@ -51,6 +51,11 @@ func runMain(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if *explainSeeds < 1 {
+		// Zero would pass scenario 11 without asking critlet-explain once.
+		fmt.Fprintf(os.Stderr, "-explain-seeds=%d: want at least 1\n", *explainSeeds)
+		return 2
+	}
 	state, err1 := filepath.Abs(*stateDir)
 	bin, err2 := filepath.Abs(*binDir)
 	if err1 != nil || err2 != nil {

@@ -97,24 +97,37 @@ func (e *env) checkMetrics(victims int) {
 }
 
 // expectSettingsLogged checks that the settings line of the kubelet now
-// running holds each of want (key="value" or key=value): the last line the
-// kubelet log holds, since every kubelet of the suite writes to the same
-// log.
+// running holds each of want (key="value" or key=value).
 func (e *env) expectSettingsLogged(want ...string) {
 	e.t.Helper()
-	data, err := os.ReadFile(suite.Config().LogFile(localnode.Kubelet))
-	if err != nil {
-		e.t.Fatalf("reading the kubelet log: %v", err)
-	}
-	var last string
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.Contains(l, "critlet critical-pod admission handler installed") {
-			last = l
-		}
-	}
+	last, _, _ := strings.Cut(e.currentKubeletLog(), "\n")
 	for _, w := range want {
 		if !strings.Contains(last, w) {
 			e.t.Errorf("kubelet's settings line %q lacks %s", last, w)
 		}
 	}
+}
+
+// expectLogged checks that the kubelet now running has logged want.
+func (e *env) expectLogged(want string) {
+	e.t.Helper()
+	if !strings.Contains(e.currentKubeletLog(), want) {
+		e.t.Errorf("the kubelet did not log %q", want)
+	}
+}
+
+// currentKubeletLog returns the kubelet log from the running critlet's
+// settings line on: every kubelet of the suite writes to the same log.
+func (e *env) currentKubeletLog() string {
+	e.t.Helper()
+	data, err := os.ReadFile(suite.Config().LogFile(localnode.Kubelet))
+	if err != nil {
+		e.t.Fatalf("reading the kubelet log: %v", err)
+	}
+	log := string(data)
+	if k := strings.LastIndex(log, "critlet critical-pod admission handler installed"); k >= 0 {
+		// From the start of that line.
+		log = log[strings.LastIndex(log[:k], "\n")+1:]
+	}
+	return log
 }

@@ -246,16 +246,20 @@ func TestDevicePluginResource(t *testing.T) {
 // kubelet must wait out each grace period before SIGKILL. Stock terminates
 // them one after another: each termination begins once the one before has
 // ended. critlet terminates them in parallel: every termination begins
-// before the first one ends. A termination begins at the victim's
-// Preempting event and ends when its container exits (the runtime's
-// FinishedAt), both on this host's clock in whole seconds, well within the
-// 5 s grace period. The create→Running time is reported.
+// before the first one ends, and all end within one grace period of each
+// other. A termination begins when the victim receives SIGTERM (its own
+// record, to 10 ms: a kubelet that recorded every Preempting event first
+// and then killed one victim at a time would still be seen as sequential)
+// and ends when its container exits (the runtime's FinishedAt, in whole
+// seconds). The create→Running time is reported.
 func TestTerminationLatency(t *testing.T) {
+	const grace = 5
 	runScenario(t, "7 five victims ignoring SIGTERM", scenarioOptions{}, func(e *env) {
+		w := e.newWitness()
 		var specs []podSpec
 		var names []string
 		for i := 0; i < 5; i++ {
-			s := stubborn(burstable(fmt.Sprintf("stubborn-%d", i), "100m", "100Mi"), 5)
+			s := w.witnessed(burstable(fmt.Sprintf("stubborn-%d", i), "100m", "100Mi"), grace)
 			specs = append(specs, s)
 			names = append(names, s.name)
 		}
@@ -265,10 +269,10 @@ func TestTerminationLatency(t *testing.T) {
 		for _, p := range pods {
 			// SIGKILL after the grace period: exit 137, so Failed.
 			e.expectPreempted(p, killed)
-			spans = append(spans, e.terminationOf(p))
+			spans = append(spans, e.terminationOf(w, p))
 		}
 		e.expectVictims(names...)
-		e.expectTerminationsOverlap(spans, !e.kubelet.stock())
+		e.expectTerminationsOverlap(spans, !e.kubelet.stock(), grace*time.Second)
 	})
 }
 
@@ -278,37 +282,41 @@ type termination struct {
 	begun, end time.Time
 }
 
-// terminationOf reads a preempted pod's termination from its Preempting
-// event and its container's exit.
-func (e *env) terminationOf(p *v1.Pod) termination {
+// terminationOf reads a preempted pod's termination: begun at the one
+// SIGTERM it received, ended at its container's exit.
+func (e *env) terminationOf(w *witness, p *v1.Pod) termination {
 	e.t.Helper()
 	cur, err := e.get(p)
 	if err != nil {
 		e.t.Fatalf("getting %s: %v", p.Name, err)
 	}
-	evs := e.events(cur, reasonPreempting)
-	if len(evs) != 1 || len(cur.Status.ContainerStatuses) != 1 || cur.Status.ContainerStatuses[0].State.Terminated == nil {
-		e.t.Fatalf("victim %s: %d %s events, container status %+v: cannot time its termination", p.Name, len(evs), reasonPreempting, cur.Status.ContainerStatuses)
+	r := e.expectStartedOnceByRuntime(w, p)
+	if len(r.sigterms) != 1 || len(cur.Status.ContainerStatuses) != 1 || cur.Status.ContainerStatuses[0].State.Terminated == nil {
+		e.t.Fatalf("victim %s: %d SIGTERMs received, container status %+v: cannot time its termination", p.Name, len(r.sigterms), cur.Status.ContainerStatuses)
 	}
-	return termination{pod: p.Name, begun: evs[0].FirstTimestamp.Time, end: cur.Status.ContainerStatuses[0].State.Terminated.FinishedAt.Time}
+	return termination{pod: p.Name, begun: r.sigterms[0], end: cur.Status.ContainerStatuses[0].State.Terminated.FinishedAt.Time}
 }
 
 // expectTerminationsOverlap checks that every termination began before the
-// first one ended (parallel), or that each began no earlier than the one
-// before it ended (one after another).
-func (e *env) expectTerminationsOverlap(spans []termination, parallel bool) {
+// first one ended and all ended within grace of each other (parallel), or
+// that each began no earlier than the one before it ended (one after
+// another).
+func (e *env) expectTerminationsOverlap(spans []termination, parallel bool, grace time.Duration) {
 	e.t.Helper()
 	sort.Slice(spans, func(i, j int) bool { return spans[i].begun.Before(spans[j].begun) })
 	origin := spans[0].begun
 	var desc []string
-	firstEnd := spans[0].end
+	firstEnd, lastEnd := spans[0].end, spans[0].end
 	for _, s := range spans {
-		desc = append(desc, fmt.Sprintf("%s %s–%s", s.pod, s.begun.Sub(origin), s.end.Sub(origin)))
+		desc = append(desc, fmt.Sprintf("%s %s–%s", s.pod, s.begun.Sub(origin).Round(10*time.Millisecond), s.end.Sub(origin).Round(10*time.Millisecond)))
 		if s.end.Before(firstEnd) {
 			firstEnd = s.end
 		}
+		if s.end.After(lastEnd) {
+			lastEnd = s.end
+		}
 	}
-	e.note("terminations (begun–ended, from the first Preempting event): %s", strings.Join(desc, ", "))
+	e.note("terminations (SIGTERM–exit, from the first SIGTERM): %s", strings.Join(desc, ", "))
 	for i, s := range spans {
 		switch {
 		case parallel && !s.begun.Before(firstEnd):
@@ -316,6 +324,9 @@ func (e *env) expectTerminationsOverlap(spans []termination, parallel bool) {
 		case !parallel && i > 0 && s.begun.Before(spans[i-1].end):
 			e.t.Errorf("%s's termination began before %s's ended: the stock kubelet terminates one after another", s.pod, spans[i-1].pod)
 		}
+	}
+	if parallel && lastEnd.Sub(firstEnd) >= grace {
+		e.t.Errorf("terminations ended %s apart, want within one grace period (%s) of each other", lastEnd.Sub(firstEnd), grace)
 	}
 }
 

@@ -3,15 +3,12 @@
 package e2enode
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/critlet/critlet/internal/localnode"
 )
 
 // Preemptions that cannot make room.
@@ -74,21 +71,4 @@ func TestPreemptionIncomplete(t *testing.T) {
 		e.expectVictims()
 		e.row.victims = append(e.row.victims, stuck.Name+" (kill timed out)")
 	})
-}
-
-// expectLogged checks that the kubelet log holds want after the running
-// kubelet's settings line (every kubelet of the suite writes to one log).
-func (e *env) expectLogged(want string) {
-	e.t.Helper()
-	data, err := os.ReadFile(suite.Config().LogFile(localnode.Kubelet))
-	if err != nil {
-		e.t.Fatalf("reading the kubelet log: %v", err)
-	}
-	log := string(data)
-	if k := strings.LastIndex(log, "critlet critical-pod admission handler installed"); k >= 0 {
-		log = log[k:]
-	}
-	if !strings.Contains(log, want) {
-		e.t.Errorf("the kubelet did not log %q", want)
-	}
 }
