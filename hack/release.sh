@@ -52,7 +52,8 @@ release::tools() {
 
 # release::versions: UPSTREAM_VERSION, STAMPED_VERSION (the kubelet's),
 # PKG_VERSION (the packages': the commit's time orders builds of one
-# upstream release) and SOURCE_DATE_EPOCH.
+# upstream release; a work tree with uncommitted changes adds a mark per
+# build, release::packages) and SOURCE_DATE_EPOCH.
 release::versions() {
   UPSTREAM_VERSION=$(upstream::version) || fail "cannot read the upstream version"
   version::ldflags patched "$UPSTREAM_VERSION" "" || fail "cannot stamp a version"
@@ -86,13 +87,24 @@ release::licenses() {
 }
 
 # release::packages ARCH KUBELET LICENSES OUTDIR: the .deb and the .rpm.
+# From a work tree with uncommitted changes their version says so, and
+# differs whenever what they package does (version::dirty_suffix): the
+# commit's version alone would name different contents.
 release::packages() {
   local arch=$1 kubelet=$2 licenses=$3 dir=$4
   mkdir -p "$dir"
+  local version=$PKG_VERSION
+  if [[ $GIT_TREE_STATE != clean ]]; then
+    local suffix
+    suffix=$(version::dirty_suffix "$kubelet" "$licenses" build LICENSE README.md) ||
+      fail "cannot version the packages of a work tree with uncommitted changes"
+    version+=$suffix
+    echo "release: the work tree has uncommitted changes: the packages are version ${version}" >&2
+  fi
   local format
   for format in deb rpm; do
     CRITLET_ARCH=$arch CRITLET_KUBELET=$kubelet CRITLET_LICENSES=$licenses \
-      CRITLET_PKG_VERSION=$PKG_VERSION CRITLET_PKG_RELEASE=${CRITLET_PKG_RELEASE:-1} \
+      CRITLET_PKG_VERSION=$version CRITLET_PKG_RELEASE=${CRITLET_PKG_RELEASE:-1} \
       CRITLET_UPSTREAM_VERSION=${UPSTREAM_VERSION#v} \
       "$bin/nfpm" package --config build/nfpm.yaml --packager "$format" --target "$dir/" >&2 ||
       fail "nfpm could not build the $format package for $arch"

@@ -95,3 +95,43 @@ version::ldflags() {
   done
   LDFLAGS="${flags[*]}"
 }
+
+# version::dirty_suffix KUBELET PATH...: what a package built from a work
+# tree with uncommitted changes adds to the commit's package version, so
+# that two different builds never share a version: ".dirty.<time>.<hash>",
+# <time> the kubelet's modification time (UTC), so that a later kubelet sorts
+# later, and <hash> 12 hex digits of the SHA-256 of the kubelet's contents
+# and of each PATH, a file (its name and contents) or a directory (the
+# names under it and their contents): the same files give the same version. Both dpkg and rpm sort it after the
+# commit's own version and before any later commit's.
+version::dirty_suffix() {
+  local kubelet=$1
+  shift
+  local time sums
+  if ! time=$(TZ=UTC date -r "$kubelet" +%Y%m%d%H%M%S); then
+    echo "version: cannot read the modification time of $kubelet" >&2
+    return 1
+  fi
+  if ! sums=$(
+    set -o pipefail
+    sha256sum <"$kubelet"
+    local path
+    for path in "$@"; do
+      if [[ -d $path ]]; then
+        (cd "$path" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum --) || exit 1
+      elif [[ -f $path ]]; then
+        local sum
+        sum=$(sha256sum <"$path") || exit 1
+        printf '%s  %s\n' "${sum%% *}" "${path##*/}"
+      else
+        echo "version: $path is neither a file nor a directory" >&2
+        exit 1
+      fi
+    done
+  ); then
+    echo "version: cannot checksum the package's files ($kubelet $*)" >&2
+    return 1
+  fi
+  echo ".dirty.${time}.$(sha256sum <<<"$sums" | cut -c1-12)"
+}
+

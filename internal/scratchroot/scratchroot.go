@@ -4,9 +4,12 @@
 // or its package database.
 //
 // Install ignores unmet dependencies (the root holds no other packages);
-// InstallChecked requires them met inside the root. Maintainer scripts run outside a chroot with DPKG_ROOT set
-// (--force-script-chrootless), which critlet's scripts honour by doing
-// nothing.
+// InstallChecked requires them met inside the root. In a root New makes,
+// maintainer scripts run outside a chroot with DPKG_ROOT set
+// (--force-script-chrootless), which critlet's scripts honour by leaving
+// the host alone. A root NewSystem makes stands in for a Debian system,
+// and its scripts run chrooted in it, as dpkg runs them on that system;
+// NewRPM makes such a root for rpm.
 package scratchroot
 
 import (
@@ -18,23 +21,88 @@ import (
 	"strings"
 )
 
-// Root is a scratch root with an empty dpkg database.
-type Root struct{ Dir string }
+// Root is a scratch root with a dpkg database.
+type Root struct {
+	Dir string
+	// Env is added to dpkg's environment, and so to the maintainer
+	// scripts'.
+	Env []string
+	// chroot: the scripts run chrooted in Dir (NewSystem).
+	chroot bool
+}
 
 // New makes the dpkg database of an empty system under dir.
 func New(dir string) (*Root, error) {
+	if err := makeDpkgDB(dir); err != nil {
+		return nil, err
+	}
+	return &Root{Dir: dir}, nil
+}
+
+func makeDpkgDB(dir string) error {
 	admin := filepath.Join(dir, "var/lib/dpkg")
 	for _, d := range []string{"info", "updates", "triggers"} {
 		if err := os.MkdirAll(filepath.Join(admin, d), 0o755); err != nil {
-			return nil, fmt.Errorf("scratch root: %w", err)
+			return fmt.Errorf("scratch root: %w", err)
 		}
 	}
 	for _, f := range []string{"status", "available"} {
 		if err := os.WriteFile(filepath.Join(admin, f), nil, 0o644); err != nil {
+			return fmt.Errorf("scratch root: %w", err)
+		}
+	}
+	return nil
+}
+
+// BasePackage owns, in a NewSystem root, the merged-/usr aliases /bin,
+// /sbin and /lib, as a real system's packages do: dpkg removes a directory
+// (even an alias) with the last package that ships it, and packages do ship
+// /lib/systemd/system.
+const BasePackage = "scratchroot-base"
+
+// NewSystem makes under dir a scratch root that stands in for a merged-/usr
+// Debian system: busybox's shell and tools, dpkg-query for maintainer
+// scripts that ask dpkg, and BasePackage installed. dpkg runs maintainer
+// scripts chrooted in it, as it runs them on that system (DPKG_ROOT
+// empty); that needs root (CanChroot).
+func NewSystem(dir string) (*Root, error) {
+	if err := makeSystem(dir); err != nil {
+		return nil, err
+	}
+	dpkgQuery, err := exec.LookPath("dpkg-query")
+	if err != nil {
+		return nil, fmt.Errorf("scratch root: %w", err)
+	}
+	if err := copyFromHost(dir, dpkgQuery); err != nil {
+		return nil, err
+	}
+	if err := makeDpkgDB(dir); err != nil {
+		return nil, err
+	}
+	r := &Root{Dir: dir, chroot: true}
+	base, err := os.MkdirTemp("", "scratchroot-base")
+	if err != nil {
+		return nil, fmt.Errorf("scratch root: %w", err)
+	}
+	defer os.RemoveAll(base)
+	control := "Package: " + BasePackage + "\nVersion: 1\nArchitecture: all\nMaintainer: scratchroot <scratchroot@critlet.io>\n" +
+		"Description: the merged-/usr aliases of a scratch root\n"
+	for _, d := range []string{"DEBIAN", "bin", "sbin", "lib"} {
+		if err := os.MkdirAll(filepath.Join(base, "pkg", d), 0o755); err != nil {
 			return nil, fmt.Errorf("scratch root: %w", err)
 		}
 	}
-	return &Root{Dir: dir}, nil
+	if err := os.WriteFile(filepath.Join(base, "pkg/DEBIAN/control"), []byte(control), 0o644); err != nil {
+		return nil, fmt.Errorf("scratch root: %w", err)
+	}
+	deb := filepath.Join(base, "base.deb")
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "--build", filepath.Join(base, "pkg"), deb).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("scratch root: dpkg-deb: %w\n%s", err, out)
+	}
+	if _, err := r.InstallChecked(deb); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // Path is p (absolute, as on the installed system) inside the root.
@@ -46,9 +114,11 @@ func (r *Root) dpkg(args ...string) (string, error) {
 }
 
 func (r *Root) dpkgWith(force []string, args ...string) (string, error) {
-	all := append([]string{"--root=" + r.Dir, "--force-not-root", "--force-script-chrootless",
-		"--log=" + r.Path("var/log/dpkg.log")}, force...)
-	all = append(all, args...)
+	all := []string{"--root=" + r.Dir, "--log=" + r.Path("var/log/dpkg.log")}
+	if !r.chroot {
+		all = append(all, "--force-not-root", "--force-script-chrootless")
+	}
+	all = append(append(all, force...), args...)
 	if err := os.MkdirAll(r.Path("var/log"), 0o755); err != nil {
 		return "", err
 	}
@@ -57,6 +127,11 @@ func (r *Root) dpkgWith(force []string, args ...string) (string, error) {
 	// (dpkg's default answer), as an unattended upgrade does.
 	cmd.Stdin = nil
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if r.chroot {
+		// The scripts' PATH, inside the root.
+		cmd.Env = append(cmd.Env, "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	cmd.Env = append(cmd.Env, r.Env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

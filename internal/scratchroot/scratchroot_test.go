@@ -86,3 +86,95 @@ func TestLifecycle(t *testing.T) {
 	}
 	state("", "")
 }
+
+// TestSystemRunsScriptsChrooted: in a NewSystem root the maintainer
+// scripts run chrooted (they see the root as /, DPKG_ROOT empty) with
+// dpkg-query working, and removing a package that ships /lib keeps the
+// merged-/usr alias.
+func TestSystemRunsScriptsChrooted(t *testing.T) {
+	testenv.Need(t, "a system root", CanChroot())
+	r, err := NewSystem(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := map[string]string{
+		"DEBIAN/control":  "Package: demo\nVersion: 1\nArchitecture: all\nMaintainer: test <t@example.com>\nDescription: demo\n",
+		"DEBIAN/postinst": "#!/bin/sh\nset -e\necho \"root=${DPKG_ROOT:-/} base=$(dpkg-query -W -f='${db:Status-Status}' " + BasePackage + ")\" >/postinst.out\n",
+		"lib/demo/file":   "demo\n",
+	}
+	for p, c := range files {
+		full := filepath.Join(dir, "pkg", p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deb := filepath.Join(dir, "demo.deb")
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "--build", filepath.Join(dir, "pkg"), deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb: %v\n%s", err, out)
+	}
+	if _, err := r.InstallChecked(deb); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(r.Path("/postinst.out")); string(got) != "root=/ base=installed\n" {
+		t.Errorf("the postinst saw %q, want it chrooted with dpkg-query answering", got)
+	}
+	if _, err := os.Stat(r.Path("/usr/lib/demo/file")); err != nil {
+		t.Errorf("/lib/demo/file is not under /usr/lib: %v", err)
+	}
+	if _, err := r.Remove("demo"); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(r.Path("/lib")); err != nil || target != "usr/lib" {
+		t.Errorf("after the removal /lib is %q (%v), want the alias of usr/lib", target, err)
+	}
+}
+
+// TestRPMRoot: rpm installs, upgrades and erases in an RPMRoot, running
+// the scriptlets chrooted with their arguments.
+func TestRPMRoot(t *testing.T) {
+	testenv.Need(t, "a system root", CanChroot())
+	_, err := exec.LookPath("rpmbuild")
+	testenv.Need(t, "rpmbuild", err)
+	r, err := NewRPM(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := t.TempDir()
+	build := func(version string) string {
+		spec := filepath.Join(top, "demo-"+version+".spec")
+		body := "Name: demo\nVersion: " + version + "\nRelease: 1\nSummary: demo\nLicense: none\nBuildArch: noarch\n" +
+			"%description\ndemo\n%install\nmkdir -p %{buildroot}/usr/share/demo\necho " + version + " >%{buildroot}/usr/share/demo/file\n" +
+			"%files\n/usr/share/demo/file\n" +
+			"%post\necho \"post " + version + " $1\" >>/scriptlets\n%preun\necho \"preun " + version + " $1\" >>/scriptlets\n"
+		if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("rpmbuild", "--quiet", "--define", "_topdir "+top, "-bb", spec).CombinedOutput(); err != nil {
+			t.Fatalf("rpmbuild: %v\n%s", err, out)
+		}
+		return filepath.Join(top, "RPMS/noarch/demo-"+version+"-1.noarch.rpm")
+	}
+	if _, err := r.Upgrade(build("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Upgrade(build("2")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := r.Version("demo"); err != nil || v != "2-1" {
+		t.Errorf("installed version %q (%v), want 2-1", v, err)
+	}
+	if _, err := r.Erase("demo"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := r.Version("demo"); err != nil || v != "" {
+		t.Errorf("after the erase: version %q (%v), want none", v, err)
+	}
+	got, _ := os.ReadFile(r.Path("/scriptlets"))
+	if want := "post 1 1\npost 2 2\npreun 1 1\npreun 2 0\n"; string(got) != want {
+		t.Errorf("scriptlets ran as\n%s\nwant\n%s", got, want)
+	}
+}

@@ -5,6 +5,7 @@ package packagetest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,15 +76,50 @@ func runEnv(t *testing.T, env []string, name string, args ...string) (stdout, st
 	return out.String(), errb.String(), code
 }
 
+// runErr runs a command in the repository, for builds that report their
+// failure rather than fail a test.
+func runErr(env []string, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
+	}
+	return nil
+}
+
+// upstreamVersion is the upstream release go.mod pins, without the v.
+func upstreamVersion() (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes")
+	cmd.Dir = repo
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m k8s.io/kubernetes: %w", err)
+	}
+	return strings.TrimPrefix(strings.TrimSpace(string(out)), "v"), nil
+}
+
 // versions: the upstream release go.mod pins (without v), the kubelet's
-// version string, and the packages' version (without the revision).
+// version string, and the packages' version (without the revision): the
+// commit's, and from a work tree with uncommitted changes the mark of the
+// packaged files that hack/lib/version.sh gives them.
 func versions(t *testing.T) (upstream, kubelet, pkg string) {
 	t.Helper()
-	upstream = strings.TrimPrefix(strings.TrimSpace(run(t, nil, "go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes")), "v")
+	upstream, err := upstreamVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
 	kubelet = strings.TrimPrefix(strings.TrimSpace(run(t, nil, patchedBin, "--version")), "Kubernetes v")
 	head := strings.TrimSpace(run(t, nil, "git", "rev-parse", "HEAD"))
 	stamp := strings.TrimSpace(run(t, []string{"TZ=UTC"}, "git", "show", "-s", "--date=format-local:%Y%m%d%H%M%S", "--format=%cd", "HEAD"))
-	return upstream, kubelet, upstream + "+critlet." + stamp + "." + head[:12]
+	pkg = upstream + "+critlet." + stamp + "." + head[:12]
+	if strings.TrimSpace(run(t, nil, "git", "status", "--porcelain")) != "" {
+		pkg += strings.TrimSpace(run(t, nil, "bash", "-c", `source hack/lib/version.sh && version::dirty_suffix "$@"`, "-",
+			patchedBin, filepath.Join(repo, "_output/release-licenses", runtime.GOARCH), "build", "LICENSE", "README.md"))
+	}
+	return upstream, kubelet, pkg
 }
 
 // sameFile fails unless a and b hold the same bytes.

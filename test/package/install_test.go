@@ -67,10 +67,10 @@ func readFile(t *testing.T, path string) string {
 
 func exists(path string) bool { _, err := os.Lstat(path); return err == nil }
 
-// kubeadmDropIn installs kubeadm's drop-in as kubeadm's package does.
+// kubeadmDropIn installs kubeadm's drop-in as kubeadm's .deb does.
 func kubeadmDropIn(t *testing.T, r *scratchroot.Root) {
 	t.Helper()
-	writeFile(t, r.Path("/usr/lib/systemd/system/kubelet.service.d/10-kubeadm.conf"), readFile(t, "testdata/10-kubeadm.conf"))
+	writeFile(t, r.Path("/lib/systemd/system/kubelet.service.d/10-kubeadm.conf"), readFile(t, "testdata/10-kubeadm.conf"))
 }
 
 // TestSystemdCommandBesideKubeadm installs the .deb with kubeadm's drop-in
