@@ -3,12 +3,23 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 func TestRun(t *testing.T) {
 	state := t.TempDir()
+	// A directory another user (nobody) owns: refused, saying why and what
+	// to do.
+	theirs := filepath.Join(t.TempDir(), "theirs")
+	if err := os.Mkdir(theirs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(theirs, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name     string
 		args     []string
@@ -21,6 +32,8 @@ func TestRun(t *testing.T) {
 		{"negative max pods", []string{"up", "-state", state, "-max-pods", "-1"}, 2, "", "--max-pods must not be negative"},
 		{"status of nothing", []string{"status", "-state", state}, 0, "kube-apiserver  not started", ""},
 		{"down of nothing", []string{"down", "-state", state}, 0, "not a local node's state directory: nothing done", ""},
+		{"down of another user's directory", []string{"down", "-state", theirs}, 1, "", "state directory " + theirs + " refused: " + theirs + " is owned by uid 65534"},
+		{"up in another user's directory", []string{"up", "-state", theirs}, 1, "", "chown root"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -89,21 +89,30 @@ func expand(tmpl string, vars map[string]string) string {
 	return tmpl
 }
 
-func (n *Node) startContainerd(ctx context.Context) error {
-	dir := n.l.containerd()
-	for _, d := range []string{dir, n.l.cniConfDir(), n.l.cniIPAMDir()} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
-			return fmt.Errorf("containerd: %w", err)
+// writeContainerdConfig makes containerd's directories and writes its and
+// the CNI configuration, none of it through a link; it returns
+// containerd's configuration file.
+func (n *Node) writeContainerdConfig() (string, error) {
+	for _, d := range []string{n.l.containerd(), n.l.cniConfDir(), n.l.cniIPAMDir()} {
+		if err := n.l.mkdirAll(d, 0o711); err != nil {
+			return "", fmt.Errorf("containerd: %w", err)
 		}
 	}
-	conf := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(conf, []byte(n.renderContainerdConfig()), 0o644); err != nil {
-		return fmt.Errorf("containerd: writing config: %w", err)
+	conf := filepath.Join(n.l.containerd(), "config.toml")
+	if err := n.l.writeFile(conf, []byte(n.renderContainerdConfig()), 0o644); err != nil {
+		return "", fmt.Errorf("containerd: writing config: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(n.l.cniConfDir(), "10-critlet.conflist"), []byte(n.renderCNIConfig()), 0o644); err != nil {
-		return fmt.Errorf("containerd: writing CNI config: %w", err)
+	if err := n.l.writeFile(filepath.Join(n.l.cniConfDir(), "10-critlet.conflist"), []byte(n.renderCNIConfig()), 0o644); err != nil {
+		return "", fmt.Errorf("containerd: writing CNI config: %w", err)
 	}
+	return conf, nil
+}
 
+func (n *Node) startContainerd(ctx context.Context) error {
+	conf, err := n.writeContainerdConfig()
+	if err != nil {
+		return err
+	}
 	script, err := n.namespaceScript()
 	if err != nil {
 		return err
@@ -228,7 +237,9 @@ func (n *Node) importImages(ctx context.Context) error {
 // ImportImages writes each image as an OCI archive in the state directory
 // and imports it into the node's containerd under its name.
 func (n *Node) ImportImages(ctx context.Context, images ...oci.Image) error {
-	if err := os.MkdirAll(n.l.images(), 0o755); err != nil {
+	// oci.WriteFile renames its archive into place: the directory must be
+	// the node's own, not a link.
+	if err := n.l.mkdirAll(n.l.images(), 0o755); err != nil {
 		return fmt.Errorf("images: %w", err)
 	}
 	for _, img := range images {

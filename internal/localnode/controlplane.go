@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -13,7 +12,7 @@ import (
 )
 
 func (n *Node) startEtcd(ctx context.Context) error {
-	if err := os.MkdirAll(n.l.etcdData(), 0o700); err != nil {
+	if err := n.l.mkdirAll(n.l.etcdData(), 0o700); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
 	client := "http://127.0.0.1:" + strconv.Itoa(n.cfg.Ports.EtcdClient)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -93,12 +92,11 @@ func (n *Node) kubeletProcess() (process.Ref, error) {
 	}
 	// nsenter execs the kubelet once it has joined: until then the process
 	// is nsenter, in the host's namespace.
-	self, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", k.PID))
-	host, err2 := os.Readlink("/proc/self/ns/mnt")
-	if err := errors.Join(err1, err2); err != nil {
+	host, err := inHostMountNamespace(k.PID)
+	if err != nil {
 		return process.Ref{}, err
 	}
-	if self == host {
+	if host {
 		return process.Ref{}, fmt.Errorf("kubelet (pid %d) has not joined the node's namespace", k.PID)
 	}
 	return k, nil

@@ -17,6 +17,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	hostLockFile = filepath.Join(dir, "lock")
+	// Nor do they claim, or read the claim on, the host's node resources.
+	ownerFile = filepath.Join(dir, "owner")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -2,6 +2,7 @@ package localnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,21 +34,54 @@ func (n *Node) Command(ctx context.Context, path string, args ...string) (*exec.
 	return cmd, nil
 }
 
-// namespaceID identifies a process's mount namespace.
-func namespaceID(pid int) (string, error) {
-	return os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", "mnt"))
+// errHostNamespace marks a process taken for the node's namespace holder
+// that is in the host's mount namespace.
+var errHostNamespace = errors.New("the node's namespace holder is in the host's mount namespace")
+
+// nsID identifies a namespace: the device and inode of its nsfs file.
+type nsID struct{ dev, ino uint64 }
+
+// mountNamespace identifies pid's mount namespace.
+func mountNamespace(pid string) (nsID, error) {
+	fi, err := os.Stat(filepath.Join("/proc", pid, "ns", "mnt"))
+	if err != nil {
+		return nsID{}, err
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return nsID{uint64(st.Dev), st.Ino}, nil
+}
+
+// inHostMountNamespace reports whether pid shares the host's mount
+// namespace: this process's, or init's.
+func inHostMountNamespace(pid int) (bool, error) {
+	ns, err := mountNamespace(strconv.Itoa(pid))
+	if err != nil {
+		return false, err
+	}
+	self, err := mountNamespace("self")
+	if err != nil {
+		return false, err
+	}
+	// init's may be out of reach (no CAP_SYS_PTRACE): this process's is
+	// then the host's that counts.
+	initNS, err := mountNamespace("1")
+	return ns == self || err == nil && ns == initNS, nil
 }
 
 // joinedProcesses lists the processes in the node's mount namespace other
 // than containerd and its shims: those that joined it, such as kubelets and
 // commands, and their children. Containers are not among them: runc gives
-// each a mount namespace of its own.
+// each a mount namespace of its own. A holder in the host's namespace
+// lists nothing and is an error: every host process would be listed.
 func (n *Node) joinedProcesses() ([]int, error) {
 	holder, err := n.namespaceHolder()
+	if errors.Is(err, errHostNamespace) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, nil // no namespace, nobody in it
 	}
-	ns, err := namespaceID(holder.PID)
+	ns, err := mountNamespace(strconv.Itoa(holder.PID))
 	if err != nil {
 		return nil, fmt.Errorf("the node's mount namespace: %w", err)
 	}
@@ -61,7 +95,7 @@ func (n *Node) joinedProcesses() ([]int, error) {
 		if err != nil || pid == holder.PID {
 			continue
 		}
-		if id, err := namespaceID(pid); err != nil || id != ns {
+		if id, err := mountNamespace(e.Name()); err != nil || id != ns {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))

@@ -1,11 +1,19 @@
 package localnode
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/critlet/critlet/internal/localnode/process"
+	"github.com/critlet/critlet/internal/testenv"
 )
 
 func TestHideCommands(t *testing.T) {
@@ -61,5 +69,85 @@ func TestRuntimeOnlyNetwork(t *testing.T) {
 		if p := conf.Plugins[0]; p.Type != "bridge" || p.IsGateway == nil || *p.IsGateway != runtimeOnly {
 			t.Errorf("RuntimeOnly=%v: bridge plugin %+v, want isGateway %v", runtimeOnly, p, runtimeOnly)
 		}
+	}
+}
+
+// startHolder starts, under a supervisor, a process standing for
+// containerd, recorded in the node's PID file, and returns it once its
+// component runs.
+func startHolder(t *testing.T, n *Node, path string, args ...string) process.Ref {
+	t.Helper()
+	if err := os.MkdirAll(n.l.path("run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, err := process.Start(process.Spec{Name: Containerd, Path: path, Args: args, LogFile: filepath.Join(t.TempDir(), "log"), PIDFile: n.l.pidFile(Containerd)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Ref.Stop(5 * time.Second) })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := h.Ref.Component()
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder's component never ran: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A PID file naming, as the node's namespace holder, a process in the
+// host's mount namespace (forged, stale, or a containerd restart still in
+// nsenter) lists no process to kill: every host process would be one.
+// Nothing is done in that namespace either. Only the listing is called
+// here, never the kill.
+func TestHolderInHostNamespace(t *testing.T) {
+	n := testNode(t)
+	holder := startHolder(t, n, "/bin/sleep", "60")
+	if host, err := inHostMountNamespace(holder.PID); err != nil || !host {
+		t.Fatalf("inHostMountNamespace(%d) = %v, %v; want true", holder.PID, host, err)
+	}
+	pids, err := n.joinedProcesses()
+	if !errors.Is(err, errHostNamespace) || len(pids) > 0 {
+		t.Fatalf("joinedProcesses with a holder in the host's namespace = %d processes, %v; want none and errHostNamespace", len(pids), err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", holder.PID)) || !strings.Contains(err.Error(), n.l.pidFile(Containerd)) {
+		t.Errorf("the refusal does not name the process and its PID file: %v", err)
+	}
+	if _, err := n.Command(context.Background(), "/bin/true"); !errors.Is(err, errHostNamespace) {
+		t.Errorf("Command in the host's namespace: %v, want errHostNamespace", err)
+	}
+	if err := n.unmountInNamespace(n.l.kubelet()); !errors.Is(err, errHostNamespace) {
+		t.Errorf("unmounting in the host's namespace: %v, want errHostNamespace", err)
+	}
+}
+
+// A holder in a mount namespace of its own is the node's: nobody else has
+// joined it.
+func TestHolderInItsOwnNamespace(t *testing.T) {
+	_, err := exec.LookPath("unshare")
+	testenv.Need(t, "unshare (util-linux)", err)
+	n := testNode(t)
+	holder := startHolder(t, n, "unshare", "--mount", "--propagation", "private", "--", "/bin/sleep", "60")
+	// unshare execs sleep once in the new namespace.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		host, err := inHostMountNamespace(holder.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !host {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unshare never left the host's mount namespace")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pids, err := n.joinedProcesses()
+	if err != nil || len(pids) > 0 {
+		t.Errorf("joinedProcesses = %v, %v; want none and no error", pids, err)
 	}
 }

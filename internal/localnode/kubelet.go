@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -45,7 +44,7 @@ func (n *Node) kubeletConfig() ([]byte, error) {
 		// loopback.
 		Authorization:            kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow},
 		ContainerRuntimeEndpoint: "unix://" + n.l.criSocket(),
-		StaticPodPath:            n.cfg.ManifestDir(),
+		StaticPodPath:            n.l.manifestDir(),
 		FileCheckFrequency:       metav1.Duration{Duration: 2 * time.Second},
 		PodLogsDir:               n.l.path("kubelet", "pod-logs"),
 		VolumePluginDir:          n.l.path("kubelet", "volume-plugins"),
@@ -80,22 +79,12 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if _, err := os.Stat(n.cfg.Kubelet); err != nil {
 		return fmt.Errorf("kubelet: %w (build it with 'make kubelet' or 'make kubelet-stock')", err)
 	}
-	for _, d := range []string{n.l.kubeletRoot(), n.cfg.ManifestDir(), n.l.path("kubelet", "pod-logs"),
-		n.l.path("kubelet", "volume-plugins"), n.l.path("kubelet", "work")} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return fmt.Errorf("kubelet: %w", err)
-		}
-	}
 	if err := createCgroupRoot(CgroupRoot); err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
-	conf, err := n.kubeletConfig()
+	confPath, err := n.writeKubeletConfig()
 	if err != nil {
 		return err
-	}
-	confPath := n.l.path("kubelet", "config.yaml")
-	if err := os.WriteFile(confPath, conf, 0o644); err != nil {
-		return fmt.Errorf("kubelet: writing configuration: %w", err)
 	}
 
 	// The kubelet joins the node's mount namespace, which containerd holds.
@@ -124,7 +113,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(n.l.path("run", "kubelet.spec"), []byte(n.kubeletSpec()), 0o644); err != nil {
+	if err := n.l.writeFile(n.l.path("run", "kubelet.spec"), []byte(n.kubeletSpec()), 0o644); err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
 	// The Node may still say Ready from an earlier kubelet; only a heartbeat
@@ -134,6 +123,26 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		return err
 	}
 	return checkListener(Kubelet, n.cfg.Ports.KubeletHealthz, h.PID)
+}
+
+// writeKubeletConfig makes the kubelet's directories and writes its
+// configuration, none of it through a link; it returns the file's path.
+func (n *Node) writeKubeletConfig() (string, error) {
+	for _, d := range []string{n.l.kubeletRoot(), n.l.manifestDir(), n.l.path("kubelet", "pod-logs"),
+		n.l.path("kubelet", "volume-plugins"), n.l.path("kubelet", "work")} {
+		if err := n.l.mkdirAll(d, 0o750); err != nil {
+			return "", fmt.Errorf("kubelet: %w", err)
+		}
+	}
+	conf, err := n.kubeletConfig()
+	if err != nil {
+		return "", err
+	}
+	confPath := n.l.path("kubelet", "config.yaml")
+	if err := n.l.writeFile(confPath, conf, 0o644); err != nil {
+		return "", fmt.Errorf("kubelet: writing configuration: %w", err)
+	}
+	return confPath, nil
 }
 
 // nodeReady asks the kubelet's healthz, then the API for the node's Ready
@@ -201,32 +210,35 @@ func (n *Node) ResetKubelet(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("deleting node %s: %w", n.cfg.NodeName, err))
 		}
 	}
-	errs = append(errs, n.unmountInNamespace(n.l.kubelet()), removeAll(n.l.kubelet()))
-	errs = append(errs, n.unmountInNamespace("/var/lib/kubelet"))
-	for _, dir := range []string{n.l.mount("var-log"), n.cfg.KubeletRootMount()} {
-		errs = append(errs, clearDir(dir))
-	}
-	if err := os.MkdirAll(n.cfg.DevicePluginDir(), 0o755); err != nil {
+	errs = append(errs, n.unmountInNamespace(n.l.kubelet()), n.unmountInNamespace("/var/lib/kubelet"))
+	errs = append(errs, n.removeKubeletState())
+	if err := n.l.mkdirAll(n.l.devicePluginDir(), 0o755); err != nil {
 		errs = append(errs, fmt.Errorf("kubelet: %w", err))
 	}
 	return errors.Join(errs...)
 }
 
-// clearDir removes what dir holds and keeps dir: a mount may refer to it.
-func clearDir(dir string) error {
-	entries, err := os.ReadDir(dir)
+// removeKubeletState removes the kubelet's directory and empties the
+// node's /var/log and /var/lib/kubelet (kept: the namespace's mounts refer
+// to them), with Down's guard: what holds a host mount stays.
+func (n *Node) removeKubeletState() error {
+	r, err := openStateRoot(n.l.root)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
-		return err
+		return fmt.Errorf("kubelet: %w", err)
 	}
-	for _, e := range entries {
-		if err := removeAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
+	defer r.close()
+	var errs []error
+	for _, d := range []struct {
+		dir    string
+		remove func(string) error
+	}{{n.l.kubelet(), r.removeAll}, {n.l.mount("var-log"), r.clearDir}, {n.l.kubeletRootMount(), r.clearDir}} {
+		rel, err := n.l.rel(d.dir)
+		if err == nil {
+			err = r.withoutHostMounts(rel, d.remove)
 		}
+		errs = append(errs, err)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // deleteAPIPods force-deletes every pod bound to the node: with the kubelet

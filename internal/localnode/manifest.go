@@ -30,19 +30,11 @@ var mountPoints = []string{"/run/containerd", "/run/netns", "/var/lib/cni", "/va
 
 // record appends entries of one kind to the manifest.
 func (l layout) record(kind string, values ...string) error {
-	f, err := os.OpenFile(l.path(manifestFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("recording what the node creates: %w", err)
-	}
 	var b strings.Builder
 	for _, v := range values {
 		fmt.Fprintf(&b, "%s %s\n", kind, v)
 	}
-	_, err = f.WriteString(b.String())
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := l.appendFile(l.path(manifestFile), []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("recording what the node creates: %w", err)
 	}
 	return nil
@@ -134,19 +126,22 @@ func (n *Node) hostDir(dir string) error {
 }
 
 // removeHostDirs removes the recorded host directories, deepest first, each
-// only if empty: what somebody else put in one (a system containerd's
-// state, say) keeps it, and its parents, in place.
-func removeHostDirs(dirs []string) error {
-	var errs []error
+// only if it is still an empty directory: what somebody else put in one (a
+// system containerd's state, say) keeps it, and its parents, in place, and
+// is reported in kept; failed is what could not be removed otherwise.
+func removeHostDirs(dirs []string) (kept, failed error) {
+	var keep, fail []error
 	for _, d := range slices.Backward(dirs) {
-		err := os.Remove(d)
+		err := syscall.Rmdir(d)
 		switch {
 		case err == nil, errors.Is(err, fs.ErrNotExist):
-		case errors.Is(err, syscall.ENOTEMPTY):
-			errs = append(errs, fmt.Errorf("%s was created by the local node but now holds entries it did not make: left in place", d))
+		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
+			keep = append(keep, fmt.Errorf("%s was created by the local node but now holds entries it did not make: left in place", d))
+		case errors.Is(err, syscall.ENOTDIR):
+			keep = append(keep, fmt.Errorf("%s was created by the local node as a directory but is none now: left in place", d))
 		default:
-			errs = append(errs, fmt.Errorf("removing %s: %w", d, err))
+			fail = append(fail, fmt.Errorf("removing %s: %w", d, err))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(keep...), errors.Join(fail...)
 }

@@ -39,9 +39,14 @@ func mountsUnder(mountinfo, dir string) ([]string, error) {
 	return under, nil
 }
 
-// hostMountsAt lists the host's mount points at dir or below it.
+// hostMountInfo is where the host's mounts are read: this process's
+// mount namespace, the host's. Tests point it at a file of their own.
+var hostMountInfo = "/proc/self/mountinfo"
+
+// hostMountsAt lists the host's mount points at dir or below it. dir must
+// be resolved: mountinfo names mount points by their real paths.
 func hostMountsAt(dir string) ([]string, error) {
-	infos, err := mounts("/proc/self/mountinfo")
+	infos, err := mounts(hostMountInfo)
 	if err != nil {
 		return nil, err
 	}

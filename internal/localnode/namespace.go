@@ -45,11 +45,11 @@ func (n *Node) namespaceScript() ([]string, error) {
 	if err := n.hostDir("/var/lib/kubelet"); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(n.cfg.DevicePluginDir(), 0o755); err != nil {
+	if err := n.l.mkdirAll(n.l.devicePluginDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("node namespace: %w", err)
 	}
-	for _, m := range []struct{ src, dst string }{{n.l.mount("var-log"), "/var/log"}, {n.cfg.KubeletRootMount(), "/var/lib/kubelet"}} {
-		if err := os.MkdirAll(m.src, 0o755); err != nil {
+	for _, m := range []struct{ src, dst string }{{n.l.mount("var-log"), "/var/log"}, {n.l.kubeletRootMount(), "/var/lib/kubelet"}} {
+		if err := n.l.mkdirAll(m.src, 0o755); err != nil {
 			return nil, fmt.Errorf("node namespace: %w", err)
 		}
 		lines = append(lines, "mount --bind "+shellQuote(m.src)+" "+shellQuote(m.dst))
@@ -94,7 +94,7 @@ func (n *Node) hideCommands() ([]string, error) {
 		return nil, nil
 	}
 	cover := n.l.mount("hidden-command")
-	if err := os.WriteFile(cover, nil, 0o644); err != nil {
+	if err := n.l.writeFile(cover, nil, 0o644); err != nil {
 		return nil, fmt.Errorf("node namespace: %w", err)
 	}
 	var lines []string
@@ -115,7 +115,7 @@ func (n *Node) hideCommands() ([]string, error) {
 // keys: the node's processes then change the files, not the kernel.
 func (n *Node) maskSysctls(keys []string) ([]string, error) {
 	dir := n.l.path("sysctl")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := n.l.mkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("node namespace: %w", err)
 	}
 	var lines []string
@@ -126,7 +126,7 @@ func (n *Node) maskSysctls(keys []string) ([]string, error) {
 			continue // not on this kernel: nothing to protect
 		}
 		f := filepath.Join(dir, strings.ReplaceAll(k, "/", "."))
-		if err := os.WriteFile(f, v, 0o644); err != nil {
+		if err := n.l.writeFile(f, v, 0o644); err != nil {
 			return nil, fmt.Errorf("node namespace: %w", err)
 		}
 		lines = append(lines, "mount --bind "+shellQuote(f)+" "+shellQuote(src))
@@ -135,11 +135,22 @@ func (n *Node) maskSysctls(keys []string) ([]string, error) {
 }
 
 // namespaceHolder returns containerd's process, whose mount namespace is
-// the node's.
+// the node's. One in the host's mount namespace (a stale or forged PID
+// file, or a containerd restart still in nsenter) holds no node's
+// namespace: what would be done in it, killing what shares it above all,
+// would be done to the host. That is errHostNamespace.
 func (n *Node) namespaceHolder() (process.Ref, error) {
 	ref, err := n.runningComponent(Containerd)
 	if err != nil {
 		return process.Ref{}, fmt.Errorf("%w: the node's mount namespace is gone (run local-node up)", err)
+	}
+	host, err := inHostMountNamespace(ref.PID)
+	if err != nil {
+		return process.Ref{}, fmt.Errorf("the node's mount namespace: %w", err)
+	}
+	if host {
+		return process.Ref{}, fmt.Errorf("%w: %s's process, pid %d, named by %s, is there (a stale or forged PID file, or containerd restarting); nothing is done in or to that namespace",
+			errHostNamespace, Containerd, ref.PID, n.l.pidFile(Containerd))
 	}
 	return ref, nil
 }

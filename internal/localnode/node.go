@@ -105,10 +105,16 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, l: layout{cfg.StateDir}}
 	if err := checkStateDir(cfg.StateDir); err != nil {
 		return nil, err
 	}
+	// Checked before anything is read from it, and used resolved: the node
+	// works in the directory itself, whatever link led to it.
+	real, err := trustStateDir(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, l: layout{real}}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the local node needs root: it runs containerd, mounts in a private namespace and manages cgroups (run as root, e.g. with sudo)")
 	}
@@ -139,16 +145,23 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	// Claimed, and what it will hold recorded, before anything is made in it.
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating the state directory: %w", err)
+	root, err := createStateDir(n.l.root)
+	if err != nil {
+		return nil, err
 	}
+	root.close()
 	if err := n.claim(); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{"logs", "run"} {
-		if err := os.MkdirAll(n.l.path(d), 0o755); err != nil {
+		if err := n.l.mkdirAll(n.l.path(d), 0o755); err != nil {
 			return nil, fmt.Errorf("creating the state directory: %w", err)
 		}
+	}
+	// pki writes its files by path (replacing, never writing through, a
+	// link); its directory must be the node's own.
+	if err := n.l.mkdirAll(n.l.pki(), 0o700); err != nil {
+		return nil, fmt.Errorf("certificates: %w", err)
 	}
 	apiURL := "https://127.0.0.1:" + strconv.Itoa(cfg.Ports.APIServer)
 	n.pki, err = pki.Ensure(n.l.pki(), apiURL, cfg.NodeName, time.Now())
@@ -368,6 +381,14 @@ func (p Ports) checkFree() error {
 func (n *Node) start(spec process.Spec) (*process.Handle, error) {
 	spec.LogFile = n.l.log(spec.Name)
 	spec.PIDFile = n.l.pidFile(spec.Name)
+	// process.Start writes both by path, the log never through a link and
+	// the PID file by renaming over its name: their directories must be
+	// the node's own, not links.
+	for _, f := range []string{spec.LogFile, spec.PIDFile} {
+		if err := n.l.mkdirAll(filepath.Dir(f), 0o755); err != nil {
+			return nil, fmt.Errorf("%s: %w", spec.Name, err)
+		}
+	}
 	n.cfg.Log.Info("Starting component", "component", spec.Name, "log", spec.LogFile)
 	return process.Start(spec)
 }

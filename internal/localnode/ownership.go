@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // checkHostFree checks, before a node starts, that nothing holds its ports,
@@ -30,9 +31,10 @@ func (n *Node) checkHostFree() error {
 }
 
 // ownerFile names, on the host, the state directory of the node that owns
-// the fixed-name resources; it is on tmpfs, so a reboot, which removes
-// those resources too, also removes it.
-const ownerFile = "/run/critlet-local-node.owner"
+// the fixed-name resources, resolved; it is on tmpfs, so a reboot, which
+// removes those resources too, also removes it. Tests use a file of their
+// own.
+var ownerFile = "/run/critlet-local-node.owner"
 
 // markerFile marks a state directory as a node's: Up claims no non-empty
 // directory, and Down touches none, without it. It stays after Down, with
@@ -46,7 +48,7 @@ const markerFile = ".critlet-local-node"
 // that clear it.
 func (n *Node) checkOwner() error {
 	owner := hostOwner()
-	if owner == "" || owner == n.cfg.StateDir {
+	if owner == "" || sameDir(owner, n.l.root) {
 		return nil
 	}
 	if _, err := os.Lstat(filepath.Join(owner, markerFile)); err == nil {
@@ -79,6 +81,18 @@ func hostLeftovers() []string {
 	return left
 }
 
+// sameDir reports whether two paths name the same directory, by identity
+// (device and inode), not spelling: a node may be brought up through a
+// symlink and taken down through its target, or the other way round.
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
 func hostOwner() string {
 	b, err := os.ReadFile(ownerFile)
 	if err != nil {
@@ -90,14 +104,29 @@ func hostOwner() string {
 // claim marks the state directory as a node's, records what the node will
 // create in it, and marks the host's fixed-name resources as this node's.
 func (n *Node) claim() error {
-	if err := os.WriteFile(n.l.path(markerFile), []byte("critlet local node state directory (local-node up and down; down keeps the logs and this file)\n"), 0o644); err != nil {
+	if err := n.l.writeFile(n.l.path(markerFile), []byte("critlet local node state directory (local-node up and down; down keeps the logs and this file)\n"), 0o644); err != nil {
 		return fmt.Errorf("marking the state directory: %w", err)
 	}
 	if err := n.l.recordStateEntries(); err != nil {
 		return err
 	}
-	if err := os.WriteFile(ownerFile, []byte(n.cfg.StateDir+"\n"), 0o644); err != nil {
+	// The resolved path: whatever link the node was reached through, the
+	// owner is the directory itself.
+	if err := writeNoFollow(ownerFile, []byte(n.l.root+"\n"), 0o644); err != nil {
 		return fmt.Errorf("claiming the host's node resources: %w", err)
 	}
 	return nil
+}
+
+// writeNoFollow is os.WriteFile that refuses a link at path.
+func writeNoFollow(path string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

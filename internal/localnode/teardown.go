@@ -26,15 +26,26 @@ func down(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	n := &Node{cfg: cfg, l: layout{cfg.StateDir}}
 	// Only a directory a node has claimed is touched: a mistyped state
 	// directory must not lose its contents.
 	if err := checkStateDir(cfg.StateDir); err != nil {
 		return err
 	}
+	real, err := trustStateDir(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	n := &Node{cfg: cfg, l: layout{real}}
 	if _, err := os.Lstat(n.l.path(markerFile)); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s: %w", cfg.StateDir, ErrNotANode)
 	}
+	// Opened once, checked: what is removed below is removed in this
+	// directory, whatever its path names by then.
+	root, err := openStateRoot(real)
+	if err != nil {
+		return err
+	}
+	defer root.close()
 	// What to remove is read before anything is stopped: a damaged record
 	// stops Down before it does anything.
 	created, err := n.l.readManifest()
@@ -43,7 +54,11 @@ func down(cfg Config) error {
 	}
 	// The fixed-name host resources belong to whichever node claimed them
 	// last; another node's are left alone.
-	owns := hostOwner() == cfg.StateDir
+	owner := hostOwner()
+	owns := owner != "" && sameDir(owner, real)
+	if !owns && owner != "" {
+		n.cfg.Log.Info("Leaving the host's node resources to the node that owns them", "owner", owner, "cgroup", CgroupRoot, "bridge", BridgeName)
+	}
 	var errs []error
 	note := func(err error) {
 		if err != nil {
@@ -64,37 +79,71 @@ func down(cfg Config) error {
 	cancel()
 	stop(Containerd, 10*time.Second)
 	note(killShims(n.l.criSocket()))
-	if owns {
-		note(killCgroupProcs(CgroupRoot))
-		note(removeCgroups(CgroupRoot))
-	}
 	stop(APIServer, 10*time.Second)
 	stop(Etcd, 10*time.Second)
 
+	var hostFailed error
 	if owns {
-		note(deleteBridge())
-		note(removeHostDirs(created.hostDirs))
-		if err := os.Remove(ownerFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			note(err)
-		}
+		var kept error
+		hostFailed, kept = clearHost(created.hostDirs)
+		note(hostFailed)
+		note(kept)
 	}
-	// The node mounts nothing on the host (its mounts live in its own
-	// namespace, gone with its processes): a host mount in the state
-	// directory is somebody else's, and the entry holding it stays.
+	// A state entry holding a host mount stays (withoutHostMounts).
 	for _, name := range created.state {
-		p := n.l.path(name)
-		if mounts, err := hostMountsAt(p); err != nil || len(mounts) > 0 {
-			note(errors.Join(err, fmt.Errorf("%s holds host mounts the node did not make (%s): left in place", p, strings.Join(mounts, ", "))))
-			continue
-		}
-		note(removeAll(p))
+		note(root.withoutHostMounts(name, root.removeAll))
 	}
 	// The logs stay, as they explain a failure after the fact, and the
 	// marker with them. The manifest goes once all it lists is gone.
 	if len(errs) == 0 {
-		note(removeAll(n.l.path(manifestFile)))
+		note(root.removeAll(manifestFile))
+	}
+	if owns {
+		note(n.releaseClaim(hostFailed))
 	}
 	return errors.Join(errs...)
+}
+
+// clearHost removes the fixed-name host resources an owner claim covers:
+// the processes and cgroups under CgroupRoot, the bridge, and the host
+// directories the node made. failed is what could not be cleared; kept
+// names recorded host directories that somebody else has since filled,
+// left to them. A variable so that tests stand in for the host's own
+// cgroups and bridge, which a node running beside them may hold.
+var clearHost = func(hostDirs []string) (failed, kept error) {
+	kept, dirsFailed := removeHostDirs(hostDirs)
+	failed = errors.Join(killCgroupProcs(CgroupRoot), removeCgroups(CgroupRoot), deleteBridge(), dirsFailed)
+	return failed, kept
+}
+
+// releaseClaim gives up the owner claim once the resources it covers are
+// cleared. After a failure the claim stays, so that the next Down of this
+// node owns, and retries, what is left, and no other node starts on it.
+func (n *Node) releaseClaim(hostFailed error) error {
+	if hostFailed != nil {
+		return fmt.Errorf("%s keeps naming %s as the owner of this host's node resources (cgroup %s, bridge %s) until they are cleared: "+
+			"once the errors above are dealt with, run local-node down -state %s again", ownerFile, n.l.root, CgroupRoot, BridgeName, shellQuote(n.cfg.StateDir))
+	}
+	if err := os.Remove(ownerFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("releasing the claim on this host's node resources: %w", err)
+	}
+	return nil
+}
+
+// withoutHostMounts runs remove on the entry rel only while no host mount
+// is at or below it. The node mounts nothing on the host (its mounts live
+// in its own namespace, gone with its processes), so such a mount is
+// somebody else's, and what holds it stays.
+func (r *stateRoot) withoutHostMounts(rel string, remove func(rel string) error) error {
+	p := filepath.Join(r.path, rel)
+	mounts, err := hostMountsAt(p)
+	if err != nil {
+		return fmt.Errorf("%s: checking for host mounts: %w: left in place", p, err)
+	}
+	if len(mounts) > 0 {
+		return fmt.Errorf("%s holds host mounts the node did not make (%s): left in place", p, strings.Join(mounts, ", "))
+	}
+	return remove(rel)
 }
 
 func deleteBridge() error {
@@ -111,24 +160,6 @@ func deleteBridge() error {
 	}
 	if out, err := exec.Command("ip", "link", "delete", BridgeName).CombinedOutput(); err != nil {
 		return fmt.Errorf("deleting network device %s: %v: %s", BridgeName, err, out)
-	}
-	return nil
-}
-
-// removeAll removes a directory tree; read-only directories (Go's module
-// copies) are made writable first.
-func removeAll(dir string) error {
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o755)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("removing %s: %w", dir, err)
 	}
 	return nil
 }

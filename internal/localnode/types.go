@@ -31,7 +31,9 @@ var DefaultPorts = Ports{EtcdClient: 12379, EtcdPeer: 12380, APIServer: 16443, K
 
 // Config describes a local node.
 type Config struct {
-	// StateDir holds everything the node writes. It must be absolute.
+	// StateDir holds everything the node writes. It must be absolute, and
+	// only root may change it or a directory or symlink on its path
+	// (safepath.go).
 	StateDir string
 	// BinDir holds etcd, kube-apiserver and pause.
 	BinDir string
@@ -117,18 +119,22 @@ func (l layout) kubeletRoot() string        { return l.path("kubelet", "root") }
 // namespace; it outlives kubelet restarts, since the mount refers to it.
 func (l layout) mount(name string) string { return l.path("mounts", name) }
 
+func (l layout) manifestDir() string      { return l.path("kubelet", "manifests") }
+func (l layout) kubeletRootMount() string { return l.mount("var-lib-kubelet") }
+func (l layout) devicePluginDir() string {
+	return filepath.Join(l.kubeletRootMount(), "device-plugins")
+}
+
 // ManifestDir is the kubelet's static pod directory.
-func (c Config) ManifestDir() string { return layout{c.StateDir}.path("kubelet", "manifests") }
+func (c Config) ManifestDir() string { return layout{c.StateDir}.manifestDir() }
 
 // KubeletRootMount is the host directory that is /var/lib/kubelet inside
 // the node's namespace.
-func (c Config) KubeletRootMount() string { return layout{c.StateDir}.mount("var-lib-kubelet") }
+func (c Config) KubeletRootMount() string { return layout{c.StateDir}.kubeletRootMount() }
 
 // DevicePluginDir is where the kubelet's device-plugin socket appears on the
 // host (inside the kubelet's namespace it is /var/lib/kubelet/device-plugins).
-func (c Config) DevicePluginDir() string {
-	return filepath.Join(c.KubeletRootMount(), "device-plugins")
-}
+func (c Config) DevicePluginDir() string { return layout{c.StateDir}.devicePluginDir() }
 
 // CRIEndpoint is containerd's CRI endpoint, as a kubelet flag takes it.
 func (c Config) CRIEndpoint() string { return "unix://" + layout{c.StateDir}.criSocket() }

@@ -21,9 +21,13 @@ func (s *Set) write(path string, data []byte, perm fs.FileMode) error {
 // restrictKey tightens the mode of a private key that is otherwise kept:
 // fixing the mode needs no new key.
 func restrictKey(path string) error {
-	fi, err := os.Stat(path)
+	// Lstat, and a link refused: chmod would change what it points to.
+	fi, err := os.Lstat(path)
 	if err != nil {
 		return fmt.Errorf("pki: checking %s: %w", filepath.Base(path), err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("pki: %s is not a regular file (%s): remove it", path, fi.Mode().Type())
 	}
 	if fi.Mode().Perm() == privateKeyMode {
 		return nil

@@ -13,6 +13,7 @@ package pki
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -147,6 +148,13 @@ func Ensure(dir, server, nodeName string, now time.Time) (*Set, error) {
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, fmt.Errorf("pki: creating directory: %w", err)
+	}
+	// Its files are written by path: a link here would have them, and
+	// the chmod below, land where it points.
+	if fi, err := os.Lstat(dir); err != nil {
+		return nil, fmt.Errorf("pki: %w", err)
+	} else if fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, fmt.Errorf("pki: %s is a symbolic link, not a directory of its own: remove it", dir)
 	}
 	// MkdirAll leaves an existing directory's mode alone, and this one holds
 	// private keys.

@@ -771,3 +771,43 @@ func TestKeyFormats(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A key kept from an earlier run is never restricted through a link, and
+// the directory is never a link: the caller is root, and chmod or the
+// files written would land where the link points.
+func TestLinksRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := ensure(t, dir, testServer, testNode, t0)
+	elsewhere := filepath.Join(t.TempDir(), "key")
+	data, err := os.ReadFile(s.ServiceAccountKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(elsewhere, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(s.ServiceAccountKeyFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, s.ServiceAccountKeyFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Ensure(dir, testServer, testNode, t0); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("Ensure with the key a link: %v, want a refusal", err)
+	}
+	if fi, err := os.Stat(elsewhere); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("the link's target: %v, %v; want it untouched, mode 0644", fi, err)
+	}
+
+	target := t.TempDir()
+	link := filepath.Join(t.TempDir(), "pki")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Ensure(link, testServer, testNode, t0); err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
+		t.Errorf("Ensure in a linked directory: %v, want a refusal", err)
+	}
+	if entries, _ := os.ReadDir(target); len(entries) > 0 {
+		t.Errorf("Ensure wrote where the link points: %v", entries)
+	}
+}

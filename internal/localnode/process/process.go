@@ -69,7 +69,8 @@ func Start(spec Spec) (*Handle, error) {
 	if _, err := exec.LookPath(spec.Path); err != nil {
 		return nil, fmt.Errorf("%s: starting %s: %w", spec.Name, spec.Path, err)
 	}
-	logf, err := os.OpenFile(spec.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	// Never through a link: the caller, root, would append where it points.
+	logf, err := os.OpenFile(spec.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("%s: opening log: %w", spec.Name, err)
 	}

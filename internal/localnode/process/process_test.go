@@ -131,6 +131,24 @@ func TestStartFailures(t *testing.T) {
 	if _, err := os.Stat(s.PIDFile); !os.IsNotExist(err) {
 		t.Errorf("PID file written for a process that never started: %v", err)
 	}
+	// The log is never opened through a link: the caller is root.
+	s = spec(t, "linkedlog", "/bin/true")
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, s.LogFile); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := Start(s); err == nil || !strings.Contains(err.Error(), "opening log") {
+		if err == nil {
+			<-h.Done()
+		}
+		t.Errorf("a log that is a link: err = %v, want a log error", err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Errorf("the log link's target now holds %q", b)
+	}
 	s = spec(t, "nolog", "/bin/true")
 	s.LogFile = filepath.Join(t.TempDir(), "missing-dir", "x.log")
 	if _, err := Start(s); err == nil || !strings.Contains(err.Error(), "opening log") {
