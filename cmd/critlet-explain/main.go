@@ -6,7 +6,8 @@
 //	critlet-explain --node-file node.yaml --pods-file pods.yaml --pod pod.yaml
 //
 // Exit status: 0 the pod fits, 1 admitted after preemption, 2 rejected,
-// 3 bad input.
+// 3 bad input, 4 the API server did not answer, 128+n ended by signal n
+// (130 for an interrupt).
 package main
 
 import (
@@ -31,13 +32,51 @@ import (
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
 )
 
-const exitBadInput = 3
+// Exit statuses besides the verdicts' (explain.Verdict.ExitCode).
+const (
+	// exitBadInput: flags, files, manifests or names the command cannot
+	// work with; running it again as is fails again.
+	exitBadInput = 3
+	// exitCluster: the API server was not reached or did not answer
+	// (explain.ClusterError); the same command may work later.
+	exitCluster = 4
+	// exitInterrupted: ended by SIGINT (or cancelled without a signal).
+	// A signal's status is 128 plus its number, as a shell reports a
+	// process the signal killed: 143 for SIGTERM.
+	exitInterrupted = 130
+)
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-signals
+		// A second signal ends the command at once.
+		signal.Stop(signals)
+		cancel(interrupted{s.(syscall.Signal)})
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// interrupted is the cause of a run ended by a signal.
+type interrupted struct{ signal syscall.Signal }
+
+func (i interrupted) Error() string { return "interrupted (" + i.signal.String() + ")" }
+
+// exitCode is the status for err, the failure of a run with ctx.
+func exitCode(ctx context.Context, err error) int {
+	if ctx.Err() != nil {
+		if i, ok := context.Cause(ctx).(interrupted); ok {
+			return 128 + int(i.signal)
+		}
+		return exitInterrupted
+	}
+	var cluster *explain.ClusterError
+	if errors.As(err, &cluster) {
+		return exitCluster
+	}
+	return exitBadInput
 }
 
 type flags struct {
@@ -46,6 +85,9 @@ type flags struct {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// The kubelet's predicate and client-go log through the context's
+	// logger; standard error is the one line below.
+	ctx = klog.NewContext(ctx, logr.Discard())
 	var f flags
 	fs := pflag.NewFlagSet("critlet-explain", pflag.ContinueOnError)
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: in-cluster config, else $KUBECONFIG or ~/.kube/config)")
@@ -60,19 +102,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage of critlet-explain (exit status: 0 fits, 1 admitted after preemption, 2 rejected, 3 bad input):\n%s", fs.FlagUsages())
+			fmt.Fprintf(stdout, "Usage of critlet-explain (exit status: 0 fits, 1 admitted after preemption, 2 rejected, 3 bad input, 4 no answer from the API server, 128+n ended by signal n):\n%s", fs.FlagUsages())
 			return 0
 		}
 		fmt.Fprintf(stderr, "critlet-explain: %s (see --help)\n", oneLine(err.Error()))
 		return exitBadInput
 	}
 	ex, err := explainPod(ctx, f, stdin)
+	if ctx.Err() != nil {
+		// What failed meanwhile failed for the interrupt, and an answer
+		// found meanwhile is no longer awaited.
+		err = context.Cause(ctx)
+	}
 	if err == nil {
 		err = explain.Print(stdout, ex, f.output)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "critlet-explain: %s\n", oneLine(err.Error()))
-		return exitBadInput
+		return exitCode(ctx, err)
 	}
 	return ex.Verdict.ExitCode()
 }
@@ -100,7 +147,7 @@ func explainPod(ctx context.Context, f flags, stdin io.Reader) (*explain.Explana
 		}
 		policies = []victims.Policy{p}
 	}
-	podData, err := readInput(f.pod, stdin)
+	podData, err := readInput("--pod", f.pod, stdin)
 	if err != nil {
 		return nil, err
 	}
@@ -131,12 +178,11 @@ func explainPod(ctx context.Context, f flags, stdin io.Reader) (*explain.Explana
 	if err := explain.ResolvePriority(ctx, pod, lookup); err != nil {
 		return nil, err
 	}
-	// The kubelet's predicate logs its refusals; here they are the output.
-	return explain.Explain(klog.NewContext(ctx, logr.Discard()), in)
+	return explain.Explain(ctx, in)
 }
 
 func readOffline(nodeFile, podsFile string) (*v1.Node, []*v1.Pod, error) {
-	data, err := readInput(nodeFile, nil)
+	data, err := readInput("--node-file", nodeFile, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -144,7 +190,7 @@ func readOffline(nodeFile, podsFile string) (*v1.Node, []*v1.Pod, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--node-file %s: %w", nodeFile, err)
 	}
-	if data, err = readInput(podsFile, nil); err != nil {
+	if data, err = readInput("--pods-file", podsFile, nil); err != nil {
 		return nil, nil, err
 	}
 	pods, err := explain.DecodePods(data)
@@ -152,25 +198,6 @@ func readOffline(nodeFile, podsFile string) (*v1.Node, []*v1.Pod, error) {
 		return nil, nil, fmt.Errorf("--pods-file %s: %w", podsFile, err)
 	}
 	return node, pods, nil
-}
-
-// readInput reads a file, or stdin for "-" where stdin is offered.
-func readInput(path string, stdin io.Reader) ([]byte, error) {
-	if path == "-" {
-		if stdin == nil {
-			return nil, errors.New("only --pod can be read from standard input")
-		}
-		b, err := io.ReadAll(stdin)
-		if err != nil {
-			return nil, fmt.Errorf("reading standard input: %w", err)
-		}
-		return b, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // clientFor connects as --kubeconfig says; without it in-cluster, else
@@ -190,6 +217,7 @@ func clientFor(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("connecting to the API server: %w", err)
 	}
 	cfg.UserAgent = "critlet-explain"
+	cfg.Wrap(limitResponses)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the API server: %w", err)

@@ -59,6 +59,19 @@ func TestOutputFormatsAndStdin(t *testing.T) {
 	}
 }
 
+func kubeconfig(server string) string {
+	return "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"" + server + "\"}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: t}}]\n"
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func TestExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -77,22 +90,27 @@ func TestExitCodes(t *testing.T) {
 		// stderr holds this, on one line; empty for a verdict.
 		stderr string
 	}{
-		"fits":                     {offline("--pod", agent("1")), 0, ""},
-		"rejected":                 {offline("--pod", agent("5")), 2, ""},
-		"unreadable pod file":      {offline("--pod", filepath.Join(dir, "absent.yaml")), 3, "absent.yaml: no such file or directory"},
-		"malformed quantity":       {offline("--pod", agent("2 cores")), 3, "quantities must match the regular expression"},
-		"wrong kind":               {[]string{"--node-file", filepath.Join(testdata, "agent.yaml"), "--pods-file", filepath.Join(testdata, "pods.yaml"), "--pod", agent("1")}, 3, "found a Pod, want a Node"},
-		"not critical":             {offline("--pod", write("plain.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: a, image: a}]}\n")), 3, "pod default/web is not critical"},
-		"unknown class offline":    {offline("--pod", write("gold.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {priorityClassName: gold, containers: [{name: a, image: a}]}\n")), 3, `priority class "gold" is not a system class`},
-		"unknown policy":           {offline("--pod", agent("1"), "--policy", "cheapest"), 3, `unknown preemption policy "cheapest"`},
-		"unknown format":           {offline("--pod", agent("1"), "-o", "wide"), 3, `unknown format "wide"`},
-		"no pod":                   {offline(), 3, "--pod is required"},
-		"half offline":             {[]string{"--node-file", "x", "--pod", agent("1")}, 3, "both --node-file and --pods-file"},
-		"no node":                  {[]string{"--pod", agent("1")}, 3, "--node (live)"},
-		"unknown flag":             {[]string{"--nodes", "x"}, 3, "unknown flag: --nodes"},
-		"stdin for the node":       {[]string{"--node-file", "-", "--pods-file", "-", "--pod", agent("1")}, 3, "only --pod can be read from standard input"},
-		"static pod without class": {offline("--static", "--pod", write("static.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: etcd, namespace: kube-system}\nspec: {containers: [{name: a, image: a, resources: {requests: {cpu: 1500m}}}]}\n")), 1, ""},
-		"unreachable API server":   {[]string{"--kubeconfig", write("kubeconfig", "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: t}}]\n"), "--node", "n", "--pod", agent("1")}, 3, "reading node n"},
+		"fits":                       {offline("--pod", agent("1")), 0, ""},
+		"rejected":                   {offline("--pod", agent("5")), 2, ""},
+		"unreadable pod file":        {offline("--pod", filepath.Join(dir, "absent.yaml")), 3, "absent.yaml: no such file or directory"},
+		"malformed quantity":         {offline("--pod", agent("2 cores")), 3, "quantities must match the regular expression"},
+		"wrong kind":                 {[]string{"--node-file", filepath.Join(testdata, "agent.yaml"), "--pods-file", filepath.Join(testdata, "pods.yaml"), "--pod", agent("1")}, 3, "found a Pod, want a Node"},
+		"not critical":               {offline("--pod", write("plain.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: a, image: a}]}\n")), 3, "pod default/web is not critical"},
+		"unknown class offline":      {offline("--pod", write("gold.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {priorityClassName: gold, containers: [{name: a, image: a}]}\n")), 3, `priority class "gold" is not a system class`},
+		"unknown policy":             {offline("--pod", agent("1"), "--policy", "cheapest"), 3, `unknown preemption policy "cheapest"`},
+		"unknown format":             {offline("--pod", agent("1"), "-o", "wide"), 3, `unknown format "wide"`},
+		"no pod":                     {offline(), 3, "--pod is required"},
+		"half offline":               {[]string{"--node-file", "x", "--pod", agent("1")}, 3, "both --node-file and --pods-file"},
+		"no node":                    {[]string{"--pod", agent("1")}, 3, "--node (live)"},
+		"unknown flag":               {[]string{"--nodes", "x"}, 3, "unknown flag: --nodes"},
+		"stdin for the node":         {[]string{"--node-file", "-", "--pods-file", "-", "--pod", agent("1")}, 3, "only --pod can be read from standard input"},
+		"static pod without class":   {offline("--static", "--pod", write("static.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: etcd, namespace: kube-system}\nspec: {containers: [{name: a, image: a, resources: {requests: {cpu: 1500m}}}]}\n")), 1, ""},
+		"unreachable API server":     {[]string{"--kubeconfig", write("kubeconfig", kubeconfig("https://127.0.0.1:1")), "--node", "n", "--pod", agent("1")}, 4, "reading node n"},
+		"unreadable kubeconfig":      {[]string{"--kubeconfig", filepath.Join(dir, "absent"), "--node", "n", "--pod", agent("1")}, 3, "absent: no such file or directory"},
+		"malformed node name":        {[]string{"--kubeconfig", write("kubeconfig", kubeconfig("https://127.0.0.1:1")), "--node", "Worker_1", "--pod", agent("1")}, 3, `"Worker_1" is not a node name`},
+		"two pods for --pod":         {offline("--pod", write("two.yaml", readFile(t, agent("1"))+"---\n"+readFile(t, agent("2")))), 3, "want exactly one Pod, found 2"},
+		"two nodes":                  {[]string{"--node-file", write("nodes.yaml", readFile(t, filepath.Join(testdata, "node.yaml"))+"---\n"+readFile(t, filepath.Join(testdata, "node.yaml"))), "--pods-file", filepath.Join(testdata, "pods.yaml"), "--pod", agent("1")}, 3, "want exactly one Node, found 2"},
+		"no document in --pods-file": {[]string{"--node-file", filepath.Join(testdata, "node.yaml"), "--pods-file", write("none.yaml", "---\n# no pods\n"), "--pod", agent("1")}, 3, "--pods-file " + filepath.Join(dir, "none.yaml") + ": empty: want a Pod"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, _, errOut := explainCmd(t, "", tc.args...)

@@ -7,9 +7,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -70,4 +73,49 @@ func TestLive(t *testing.T) {
 func isInput(err error) bool {
 	var input *InputError
 	return errors.As(err, &input)
+}
+
+// What the API server refuses or fails is the cluster's fault (the command
+// exits 4), what it says does not exist and what could not be asked for
+// at all are the input's (3).
+func TestLiveErrorsSayWhoseFault(t *testing.T) {
+	ctx := context.Background()
+	node, _ := fixtures(t)
+	failing := func(verb, resource string, err error) *fake.Clientset {
+		c := fake.NewClientset(node)
+		c.PrependReactor(verb, resource, func(clienttesting.Action) (bool, runtime.Object, error) { return true, nil, err })
+		return c
+	}
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "worker-1", errors.New("RBAC: no"))
+	gold := func(l Live) error {
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: v1.PodSpec{PriorityClassName: "gold"}}
+		return ResolvePriority(ctx, pod, l.Class)
+	}
+	for name, tc := range map[string]struct {
+		client *fake.Clientset
+		ask    func(Live) error
+		input  bool
+	}{
+		"node forbidden":      {failing("get", "nodes", forbidden), func(l Live) error { _, err := l.Node(ctx, "worker-1"); return err }, false},
+		"node unknown":        {fake.NewClientset(), func(l Live) error { _, err := l.Node(ctx, "worker-1"); return err }, true},
+		"node name malformed": {fake.NewClientset(), func(l Live) error { _, err := l.Node(ctx, "shop/worker-1"); return err }, true},
+		"pods time out":       {failing("list", "pods", apierrors.NewServerTimeout(schema.GroupResource{Resource: "pods"}, "list", 1)), func(l Live) error { _, err := l.Pods(ctx, "worker-1"); return err }, false},
+		"class forbidden":     {failing("get", "priorityclasses", forbidden), gold, false},
+		"default class fails": {failing("list", "priorityclasses", apierrors.NewInternalError(errors.New("etcd"))), func(l Live) error {
+			return ResolvePriority(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, l.Class)
+		}, false},
+		"class unknown": {fake.NewClientset(), gold, true},
+		"class name malformed": {fake.NewClientset(), func(l Live) error {
+			return ResolvePriority(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1.PodSpec{PriorityClassName: "gold/1"}}, l.Class)
+		}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := tc.ask(Live{Client: tc.client})
+			var cluster *ClusterError
+			if isInput(err) != tc.input || errors.As(err, &cluster) == tc.input {
+				t.Fatalf("error %v (%T): want an InputError %t, a ClusterError %t", err, err, tc.input, !tc.input)
+			}
+			t.Log(err)
+		})
+	}
 }

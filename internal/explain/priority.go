@@ -3,9 +3,11 @@ package explain
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/apis/scheduling"
 	schedulingapiv1 "k8s.io/kubernetes/pkg/apis/scheduling/v1"
@@ -40,6 +42,9 @@ func ResolvePriority(ctx context.Context, pod *v1.Pod, lookup ClassLookup) error
 		value := int32(scheduling.DefaultPriorityWhenNoDefaultClassExists)
 		pod.Spec.Priority = &value
 		return nil
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); name != "" && len(msgs) > 0 {
+		return inputErrorf("pod %s: %q is not a priority class name: %s", klog.KObj(pod), name, strings.Join(msgs, "; "))
 	}
 	c, err := lookup(ctx, name)
 	if err != nil {

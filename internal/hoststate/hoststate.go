@@ -1,6 +1,8 @@
 // Package hoststate records the parts of a host that a node run must leave as
 // it found them (sysctls, mounts, cgroups, network devices and firewall
-// rules) and reports what differs between two records.
+// rules) and reports what differs between two records. Its process listing
+// (Processes), which misses no process for being in the middle of exec,
+// serves the local node's shim killer too.
 package hoststate
 
 import (

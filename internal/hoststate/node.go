@@ -58,29 +58,27 @@ func (s State) AddFiles(dirs []string, skip ...string) {
 // pathMarks (a state directory). Before a node starts and after it is
 // removed there must be none.
 func (s State) AddProcesses(cgroupMark string, pathMarks ...string) error {
-	procs, err := os.ReadDir("/proc")
+	procs, err := Processes()
 	if err != nil {
-		return fmt.Errorf("listing processes: %w", err)
+		return err
 	}
 	self := os.Getpid()
 	var found []string
 	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil || pid == self {
+		if p.PID == self {
 			continue
 		}
-		cmdline, err1 := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		cgroup, err2 := os.ReadFile(filepath.Join("/proc", p.Name(), "cgroup"))
-		if err1 != nil || err2 != nil {
+		cgroup, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.PID), "cgroup"))
+		if err != nil {
 			continue // gone meanwhile
 		}
-		args := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+		args := strings.Join(p.Args, " ")
 		mine := strings.Contains(string(cgroup), cgroupMark)
 		for _, m := range pathMarks {
 			mine = mine || strings.Contains(args, m)
 		}
 		if mine {
-			found = append(found, fmt.Sprintf("%d %s", pid, args))
+			found = append(found, fmt.Sprintf("%d %s", p.PID, args))
 		}
 	}
 	slices.Sort(found)

@@ -4,8 +4,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAddFilesSeesChanges(t *testing.T) {
@@ -48,6 +50,9 @@ func TestAddProcessesFindsByCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
+	// Start returns inside execve, before the command line is laid out
+	// (proc.go): wait until it shows, which is what is asserted on.
+	waitCmdline(t, cmd.Process.Pid, mark)
 	s := State{}
 	if err := s.AddProcesses("/no-such-cgroup-mark", mark); err != nil {
 		t.Fatal(err)
@@ -63,5 +68,23 @@ func TestAddProcessesFindsByCommandLine(t *testing.T) {
 	}
 	if s["processes of the node"] != "" {
 		t.Errorf("after the kill: %q", s["processes of the node"])
+	}
+}
+
+// waitCmdline waits until the command line of pid holds want.
+func waitCmdline(t *testing.T, pid int, want string) {
+	t.Helper()
+	path := filepath.Join("/proc", strconv.Itoa(pid), "cmdline")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("process %d: %v", pid, err)
+		}
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d: command line %q after 10s, want it to hold %q", pid, b, want)
+		}
 	}
 }

@@ -1,0 +1,108 @@
+package explain
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Every document of an input counts: the fixtures' pods split into YAML
+// documents, or written as JSON values one after another, are the same
+// pods as the List they come from.
+func TestDecodeEveryDocument(t *testing.T) {
+	_, want := fixtures(t)
+	var yamlDocs, jsonValues bytes.Buffer
+	// A separator first, and a document of comments only, as kubectl
+	// accepts them.
+	yamlDocs.WriteString("---\n# the node's pods\n")
+	for i, p := range want {
+		p := p.DeepCopy()
+		p.APIVersion, p.Kind = "v1", "Pod"
+		y, err := yaml.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			// One document a list of one, another empty.
+			y, err = yaml.Marshal(map[string]any{"apiVersion": "v1", "kind": "PodList", "items": []any{p}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			yamlDocs.WriteString("---\n")
+		}
+		yamlDocs.WriteString("---\n")
+		yamlDocs.Write(y)
+		j, err := json.MarshalIndent(p, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		jsonValues.Write(j)
+		jsonValues.WriteString("\n")
+	}
+	for name, data := range map[string][]byte{"yaml documents": yamlDocs.Bytes(), "json values": jsonValues.Bytes()} {
+		got, err := DecodePods(data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d pods, want %d", name, len(got), len(want))
+		}
+		for i := range got {
+			// The List's items carry their kind, as kubectl writes them.
+			if !reflect.DeepEqual(got[i].Spec, want[i].Spec) || got[i].Name != want[i].Name || got[i].Namespace != want[i].Namespace {
+				t.Errorf("%s: pod %d is %s/%s, want %s/%s as the List has it", name, i, got[i].Namespace, got[i].Name, want[i].Namespace, want[i].Name)
+			}
+		}
+	}
+}
+
+// What cannot be meant is refused, naming the document at fault.
+func TestDecodeRefusesWhatCannotBeMeant(t *testing.T) {
+	const pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: shop}\nspec: {containers: [{name: c, image: i}]}\n"
+	const node = "apiVersion: v1\nkind: Node\nmetadata: {name: %s}\n"
+	podDoc := func(name string) string { return strings.ReplaceAll(pod, "%s", name) }
+	nodeDoc := func(name string) string { return strings.ReplaceAll(node, "%s", name) }
+	for name, tc := range map[string]struct {
+		decode func(data []byte) error
+		data   string
+		want   string
+	}{
+		"two pods for one":         {decodePod, podDoc("a") + "---\n" + podDoc("b"), "want exactly one Pod, found 2"},
+		"two pods in JSON for one": {decodePod, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}` + "\n" + `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"b"}}`, "want exactly one Pod, found 2"},
+		"two nodes":                {decodeNode, nodeDoc("a") + "---\n" + nodeDoc("b"), "want exactly one Node, found 2"},
+		"a node and a pod":         {decodeNode, "# comments only\n---\n" + nodeDoc("a") + "---\n" + podDoc("b"), "document 3: found a Pod, want a Node"},
+		"no document":              {decodePods, "---\n# nothing\n---\n", "empty: want a Pod"},
+		"nothing at all":           {decodePods, " \n", "empty: want a Pod"},
+		"a pod twice":              {decodePods, podDoc("a") + "---\n" + podDoc("b") + "---\n" + podDoc("a"), "pod shop/a is listed twice"},
+		"malformed second":         {decodePods, podDoc("a") + "---\nkind: [Pod\n", "document 2: cannot decode"},
+		"malformed separator":      {decodePods, podDoc("a") + "--- kind: Pod\n", "invalid Yaml document separator"},
+		"JSON then garbage":        {decodePods, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}} x`, "cannot decode: invalid character 'x' after top-level value"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := tc.decode([]byte(tc.data))
+			var input *InputError
+			if !errors.As(err, &input) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want an InputError holding %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func decodePod(data []byte) error  { _, err := DecodePod(data); return err }
+func decodeNode(data []byte) error { _, err := DecodeNode(data); return err }
+func decodePods(data []byte) error { _, err := DecodePods(data); return err }
+
+// A JSON value is decoded as it is, not split first (the split scans it
+// once more): a List whose items are objects one after another but for
+// their commas is one document.
+func TestDecodeOneJSONValue(t *testing.T) {
+	pods, err := DecodePods([]byte(`{"apiVersion":"v1","kind":"PodList","items":[{"metadata":{"name":"a","annotations":{"x":"}{"}}},{"metadata":{"name":"b"}}]}`))
+	if err != nil || len(pods) != 2 || pods[0].Annotations["x"] != "}{" {
+		t.Fatalf("pods %v, %v: want a and b", pods, err)
+	}
+}
