@@ -647,7 +647,7 @@ func TestShutdownComparedWithStock(t *testing.T) {
 		admitted       bool
 		admitPodEvents []string
 	}
-	drive := func(impl implementation, inFlight int) result {
+	drive := func(impl implementation, inFlight int, returnsFirst bool) result {
 		var mu sync.Mutex
 		var res result
 		arrived := make(chan struct{}, len(pods))
@@ -676,12 +676,19 @@ func TestShutdownComparedWithStock(t *testing.T) {
 			<-arrived
 		}
 		cancel()
+		// An implementation expected to return while its kills are held
+		// gets ample time to; one expected to wait for them cannot return
+		// before they are released, so a short look suffices.
+		wait := 300 * time.Millisecond
+		if returnsFirst {
+			wait = 10 * time.Second
+		}
 		var reasons []lifecycle.PredicateFailureReason
 		select {
 		case reasons = <-returned:
 			res.returnedFirst = true
 			close(release)
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(wait):
 			close(release)
 			reasons = <-returned
 		}
@@ -707,7 +714,7 @@ func TestShutdownComparedWithStock(t *testing.T) {
 		{"critlet one at a time", critletHandler(options.Upstream()), 1,
 			result{kills: 1, returnedFirst: true, admitted: true, admitPodEvents: []string{reasonPreemptionIncomplete}}},
 	} {
-		if got := drive(tc.impl, tc.inFlight); !reflect.DeepEqual(got, tc.want) {
+		if got := drive(tc.impl, tc.inFlight, tc.want.returnedFirst); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
@@ -744,6 +751,14 @@ func TestParallelismHoldsAcrossReplanningRounds(t *testing.T) {
 	// Round 1's two victims time out after the forced stop's allowance
 	// (their grace period is 0); round 2 is planned but must wait for their
 	// slots.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := calls
+		mu.Unlock()
+		if n >= parallelism || time.Now().After(deadline) {
+			break
+		}
+	}
 	time.Sleep(forcedStopAllowance + 500*time.Millisecond)
 	mu.Lock()
 	early := calls
