@@ -124,9 +124,5 @@ func writeNoFollow(path string, data []byte, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return writeAndClose(f, data)
 }

@@ -201,11 +201,7 @@ func (r *stateRoot) writeFile(rel string, data []byte, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := writeAndClose(f, data); err != nil {
 		return fmt.Errorf("writing %s: %w", filepath.Join(r.path, rel), err)
 	}
 	return nil
@@ -342,10 +338,15 @@ func (l layout) appendFile(p string, data []byte, perm os.FileMode) error {
 		if err != nil {
 			return err
 		}
-		_, err = f.Write(data)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
+		return writeAndClose(f, data)
 	})
+}
+
+// writeAndClose writes data to f and closes it, returning the first error.
+func writeAndClose(f *os.File, data []byte) error {
+	_, err := f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
