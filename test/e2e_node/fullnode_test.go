@@ -66,15 +66,18 @@ func TestFullNode(t *testing.T) {
 			alloc := e.allocatable()
 			specs, unit := drawFullNode(rng, alloc)
 			start := time.Now()
-			// Thirty at a time: 110 sandboxes asked for at once can outlast
-			// the runtime's request deadline on a busy two-core machine, and
-			// a pod whose start failed that way ends Failed (restartPolicy
-			// Never), not preempted; ten at a time cost a minute more per
-			// node in waits for each batch's slowest pod.
+			// Ten at a time: 110 sandboxes asked for at once can outlast the
+			// runtime's request deadline on a busy two-core machine, and a
+			// pod whose start failed that way ends Failed (restartPolicy
+			// Never), not preempted.
 			var pods []*v1.Pod
-			for batch := range slices.Chunk(specs, 30) {
+			for batch := range slices.Chunk(specs, 10) {
 				pods = append(pods, e.createRunning(batch...)...)
 			}
+			// A pod is Running once its container started, a moment before
+			// the pause process in it handles SIGTERM; a victim signalled in
+			// that moment dies by the signal (Failed) instead of exiting 0.
+			e.settle(2 * time.Second)
 			e.note("seed %d: %d pods Running in %s", seed, len(pods), time.Since(start).Round(time.Second))
 
 			first := e.admitOnFullNode(pods, nil, shortOf(rng, "critical-cpu", alloc, pods, unit, false))
