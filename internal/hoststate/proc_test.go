@@ -1,6 +1,7 @@
 package hoststate
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/critlet/critlet/internal/testenv"
 )
 
 // A process just started (exec.Cmd.Start returned) is listed with its
@@ -51,7 +54,7 @@ func TestProcessesDoNotWaitOnKernelThreads(t *testing.T) {
 		}
 	}
 	if kernel == 0 {
-		t.Skip("no kernel thread is visible here (a PID namespace)")
+		testenv.Need(t, "a visible kernel thread", errors.New("none in /proc: a PID namespace"))
 	}
 	if took >= execWait {
 		t.Errorf("listing %d processes (%d with no command line for good) took %v: it waited on them", len(procs), kernel, took)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/critlet/critlet/internal/localnode"
+	"github.com/critlet/critlet/internal/testenv"
 )
 
 // testNamespace holds the scenarios' non-critical pods; critical ones go to
@@ -130,8 +131,8 @@ func runScenario(t *testing.T, name string, opts scenarioOptions, fn func(e *env
 		runs = append(runs, opts.critletOnly...)
 	}
 	if len(runs) == 0 {
-		// Visible, and a failure under make test (hack/go-test.sh).
-		t.Skipf("scenario %s: no run for -kubelets=%s", name, *only)
+		// A skip when asked for by -kubelets, a failure under make test.
+		testenv.Need(t, "scenario "+name, fmt.Errorf("no run for -kubelets=%s", *only))
 	}
 	for _, k := range runs {
 		t.Run(k.name, func(t *testing.T) {
