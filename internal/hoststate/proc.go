@@ -40,23 +40,34 @@ const (
 // forked after the listing began may be missing: a caller that must leave
 // none behind lists again.
 func Processes() ([]Process, error) {
-	entries, err := os.ReadDir("/proc")
+	pids, err := PIDs()
 	if err != nil {
-		return nil, fmt.Errorf("listing processes: %w", err)
+		return nil, err
 	}
 	deadline := time.Now().Add(execWait)
 	var out []Process
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args, ok := commandLine(os.ReadFile, filepath.Join("/proc", e.Name()), deadline)
+	for _, pid := range pids {
+		args, ok := commandLine(os.ReadFile, filepath.Join("/proc", strconv.Itoa(pid)), deadline)
 		if ok {
 			out = append(out, Process{PID: pid, Args: args})
 		}
 	}
 	return out, nil
+}
+
+// PIDs lists the host's process IDs, as /proc holds them.
+func PIDs() ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	var pids []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }
 
 // commandLine reads the command line of the process whose /proc directory

@@ -3,8 +3,6 @@ package localnode
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -87,19 +85,4 @@ func killUntilGone(what string, list func() ([]int, error)) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// processes lists the PIDs in /proc.
-func processes() ([]int, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("listing processes: %w", err)
-	}
-	var pids []int
-	for _, e := range entries {
-		if pid, err := strconv.Atoi(e.Name()); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/critlet/critlet/internal/hoststate"
 )
 
 // The health checks ask a port, not a process: another program listening
@@ -61,7 +63,7 @@ func listenerPIDs(port int) ([]int, error) {
 	if len(inodes) == 0 {
 		return nil, fmt.Errorf("nothing listens on port %d", port)
 	}
-	all, err := processes()
+	all, err := hoststate.PIDs()
 	if err != nil {
 		return nil, err
 	}
