@@ -67,9 +67,10 @@ args=(
 )
 if [[ $flavor == patched ]]; then
   overlay="${root}/_output/build/overlay.json"
-  GOARCH=$host_arch go run ./hack/gen-overlay -upstream "$UPSTREAM_COPY" -repo "$root" -o "$overlay" ||
+  GOARCH=$host_arch go run ./hack/gen-overlay -upstream "$UPSTREAM_COPY" -repo "$root" -gen "${root}/_output/build/overlay" -o "$overlay" ||
     fail "generating the overlay failed"
-  args+=(-overlay="$overlay")
+  # Files critlet adds to upstream packages carry this tag (pkg/patched.BuildTag).
+  args+=(-overlay="$overlay" -tags=critlet_patch)
   target=./cmd/kubelet
 else
   target=${UPSTREAM_MODULE}/cmd/kubelet

@@ -1,11 +1,11 @@
-// Package overlay computes the file overlay that go build -overlay applies to
-// a copy of the upstream Kubernetes module so that critlet's replacement
-// packages are compiled in place of upstream's.
+// Package overlay plans the file overlay that go build -overlay applies to
+// a copy of the upstream Kubernetes module so that the patches declared in
+// pkg/patched are compiled into upstream's packages, under upstream's import
+// paths, without a copy of any upstream file in this repository.
 //
-// For each replaced package the overlay deletes every non-test Go file of the
-// upstream package and adds the project's files of the same package under the
-// upstream directory, so the package keeps its upstream import path and every
-// upstream caller links the project's code without a source change.
+// Planning (Build) reads the upstream copy and the repository and touches
+// nothing; the plan holds the overlay and the generated files (hooked copies
+// of upstream files, one registration file per patch). Apply writes them.
 package overlay
 
 import (
@@ -14,9 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
-	"strings"
+	"sort"
+
+	"github.com/critlet/critlet/internal/atomicfile"
+	"github.com/critlet/critlet/pkg/patched"
 )
 
 // File is the document go build -overlay reads: each key is a file the build
@@ -25,64 +27,109 @@ type File struct {
 	Replace map[string]string `json:"Replace"`
 }
 
-// nonGoSources are the extensions of files the go command compiles besides Go
-// files. A package that has any cannot be swapped by replacing Go files alone,
-// so generation refuses it rather than build a half-replaced package.
-var nonGoSources = map[string]bool{
-	".s": true, ".S": true, ".sx": true, ".c": true, ".cc": true, ".cpp": true,
-	".cxx": true, ".m": true, ".h": true, ".hh": true, ".hpp": true, ".hxx": true,
-	".f": true, ".F": true, ".for": true, ".f90": true, ".swig": true,
-	".swigcxx": true, ".syso": true,
+// Plan is what the build needs for a set of patches: the overlay, and the
+// files it points to that must be generated first (absolute paths under the
+// generation directory, with their contents).
+type Plan struct {
+	Overlay   File
+	Generated map[string][]byte
 }
 
-// Generate returns the overlay that replaces each package in pkgs. Package
-// paths are slash-separated and relative to both upstreamDir (the copy of the
-// upstream module) and repoDir (this project's root), which mirrors upstream's
-// layout for its replacements. Only files directly in each package directory
-// count: subdirectories are separate packages.
-func Generate(upstreamDir, repoDir string, pkgs []string) (*File, error) {
-	if len(pkgs) == 0 {
-		return nil, errors.New("no packages declared for replacement")
+// Build plans the overlay for patches, read from upstreamDir (the copy of
+// the upstream module the build uses) and repoDir (this project's root,
+// which keeps each patch's files at the mirrored path). Generated files go
+// under genDir. Every error names the patch it comes from.
+func Build(upstreamDir, repoDir, genDir string, patches []patched.Patch) (*Plan, error) {
+	if len(patches) == 0 {
+		return nil, errors.New("no patches declared")
 	}
-	upstreamDir, err := filepath.Abs(upstreamDir)
-	if err != nil {
+	if err := patched.Validate(patches); err != nil {
+		return nil, err
+	}
+	var err error
+	if upstreamDir, err = filepath.Abs(upstreamDir); err != nil {
 		return nil, fmt.Errorf("resolving upstream directory: %w", err)
 	}
-	repoDir, err = filepath.Abs(repoDir)
-	if err != nil {
+	if repoDir, err = filepath.Abs(repoDir); err != nil {
 		return nil, fmt.Errorf("resolving repository directory: %w", err)
 	}
-
-	out := &File{Replace: map[string]string{}}
-	seen := map[string]bool{}
-	for _, pkg := range pkgs {
-		if err := checkPackagePath(pkg); err != nil {
-			return nil, err
+	if genDir, err = filepath.Abs(genDir); err != nil {
+		return nil, fmt.Errorf("resolving generation directory: %w", err)
+	}
+	plan := &Plan{Overlay: File{Replace: map[string]string{}}, Generated: map[string][]byte{}}
+	hooksByFile := map[string][]patched.Hook{}
+	var files []string
+	for _, p := range patches {
+		upPkg := filepath.Join(upstreamDir, filepath.FromSlash(p.Package))
+		repoPkg := filepath.Join(repoDir, filepath.FromSlash(p.Package))
+		var pkgName string
+		if p.Replaces {
+			pkgName, err = replacePackage(plan, upPkg, repoPkg)
+		} else {
+			pkgName, err = extendPackage(plan, upPkg, repoPkg)
 		}
-		if seen[pkg] {
-			return nil, fmt.Errorf("package %q declared twice", pkg)
-		}
-		seen[pkg] = true
-
-		upstreamPkg := filepath.Join(upstreamDir, filepath.FromSlash(pkg))
-		repoPkg := filepath.Join(repoDir, filepath.FromSlash(pkg))
-		stock, err := goFiles(upstreamPkg)
 		if err != nil {
-			return nil, fmt.Errorf("upstream package %s: %w", pkg, err)
+			return nil, fmt.Errorf("patch %s: %w", p.Name, err)
 		}
-		ours, err := goFiles(repoPkg)
-		if err != nil {
-			return nil, fmt.Errorf("replacement package %s: %w", pkg, err)
+		reg := filepath.Join(upPkg, registrationFile(p))
+		if _, taken := plan.Overlay.Replace[reg]; taken {
+			return nil, fmt.Errorf("patch %s: the project has a file named %s, which the build generates", p.Name, filepath.Base(reg))
 		}
-		for _, name := range stock {
-			out.Replace[filepath.Join(upstreamPkg, name)] = ""
-		}
-		// A project file named like an upstream one overrides its deletion.
-		for _, name := range ours {
-			out.Replace[filepath.Join(upstreamPkg, name)] = filepath.Join(repoPkg, name)
+		gen := filepath.Join(genDir, filepath.FromSlash(p.Package), registrationFile(p))
+		plan.Overlay.Replace[reg] = gen
+		plan.Generated[gen] = registrationSource(pkgName, p)
+		for _, h := range p.Hooks {
+			if len(hooksByFile[h.File]) == 0 {
+				files = append(files, h.File)
+			}
+			hooksByFile[h.File] = append(hooksByFile[h.File], h)
 		}
 	}
-	return out, nil
+	owner := map[string]string{}
+	byName := map[string]patched.Patch{}
+	for _, p := range patches {
+		byName[p.Name] = p
+		for _, h := range p.Hooks {
+			owner[h.ID()+"\x00"+h.Line] = p.Name
+		}
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		up := filepath.Join(upstreamDir, filepath.FromSlash(f))
+		src, err := os.ReadFile(up)
+		if err != nil {
+			h := hooksByFile[f][0]
+			return nil, fmt.Errorf("patch %s: hooked file %s: %w", owner[h.ID()+"\x00"+h.Line], f, err)
+		}
+		out, err := ApplyHooks(f, src, hooksByFile[f])
+		if err != nil {
+			var he *HookError
+			if errors.As(err, &he) {
+				return nil, fmt.Errorf("patch %s: %w", owner[he.Hook.ID()+"\x00"+he.Hook.Line], err)
+			}
+			return nil, err
+		}
+		// Each patch's hooks in the file register themselves from the file.
+		var names []string
+		perPatch := map[string][]patched.Hook{}
+		for _, h := range hooksByFile[f] {
+			name := owner[h.ID()+"\x00"+h.Line]
+			if len(perPatch[name]) == 0 {
+				names = append(names, name)
+			}
+			perPatch[name] = append(perPatch[name], h)
+		}
+		if !bytes.HasSuffix(out, []byte("\n")) {
+			out = append(out, '\n')
+		}
+		for _, name := range names {
+			out = append(out, hookInit(byName[name], perPatch[name])...)
+		}
+		gen := filepath.Join(genDir, filepath.FromSlash(f))
+		plan.Overlay.Replace[up] = gen
+		plan.Generated[gen] = out
+	}
+	return plan, nil
 }
 
 // JSON returns the overlay as go build -overlay expects it, with keys sorted
@@ -97,39 +144,58 @@ func (f *File) JSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func checkPackagePath(pkg string) error {
-	if pkg == "" || pkg == "." || path.IsAbs(pkg) || path.Clean(pkg) != pkg ||
-		strings.HasPrefix(pkg, "../") || pkg == ".." || strings.Contains(pkg, `\`) {
-		return fmt.Errorf("package path %q must be a clean, slash-separated path inside the module", pkg)
+// Apply writes the plan: its generated files, removing any other file
+// under genDir (the directory belongs to the build), then the overlay file
+// at out. Unchanged files are left alone, so their times keep meaning
+// something to go's cache and to make.
+func (p *Plan) Apply(genDir, out string) error {
+	genDir, err := filepath.Abs(genDir)
+	if err != nil {
+		return fmt.Errorf("resolving generation directory: %w", err)
 	}
-	return nil
+	for path, data := range p.Generated {
+		if rel, err := filepath.Rel(genDir, path); err != nil || !filepath.IsLocal(rel) {
+			return fmt.Errorf("generated file %s is outside %s", path, genDir)
+		}
+		if err := writeIfChanged(path, data); err != nil {
+			return err
+		}
+	}
+	err = filepath.WalkDir(genDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if _, keep := p.Generated[path]; !keep {
+				if err := os.Remove(path); err != nil {
+					return fmt.Errorf("removing stale generated file: %w", err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cleaning %s: %w", genDir, err)
+	}
+	data, err := p.Overlay.JSON()
+	if err != nil {
+		return err
+	}
+	return writeIfChanged(out, data)
 }
 
-// goFiles lists the non-test Go files directly in dir (os.ReadDir sorts them)
-// and fails when there are none or when dir holds other compiled sources.
-func goFiles(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("reading package directory: %w", err)
+func writeIfChanged(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
 	}
-	var names []string
-	for _, e := range entries {
-		name := e.Name()
-		// The go command ignores these names, so the overlay does too.
-		if e.IsDir() || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
-			continue
-		}
-		ext := filepath.Ext(name)
-		if nonGoSources[ext] {
-			return nil, fmt.Errorf("%s: non-Go source files are not supported by the overlay", filepath.Join(dir, name))
-		}
-		if ext != ".go" || strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		names = append(names, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating directory for %s: %w", path, err)
 	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("no non-test Go files in %s", dir)
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	return names, nil
+	return nil
 }

@@ -12,29 +12,62 @@ import (
 )
 
 // tree writes files (slash paths relative to the returned root) to a new
-// temporary directory.
+// temporary directory; a file's content is "package x\n" unless given after
+// a "=" in its name.
 func tree(t *testing.T, files ...string) string {
 	t.Helper()
 	root := t.TempDir()
 	for _, f := range files {
-		p := filepath.Join(root, filepath.FromSlash(f))
+		name, content, ok := strings.Cut(f, "=")
+		if !ok {
+			content = "package x\n"
+		}
+		p := filepath.Join(root, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte("package x\n"), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return root
 }
 
-func TestGenerate(t *testing.T) {
+const addedSrc = "//go:build critlet_patch\n\npackage x\n"
+
+const hookedSrc = `package x
+
+func (k *K) Add() {
+	for range 2 {
+		reject()
+	}
+}
+
+func other() {
+	reject()
+}
+`
+
+func replacing(pkg string) patched.Patch {
+	return patched.Patch{Name: "swap-" + strings.ReplaceAll(pkg, "/", "-"), Change: "c", Issues: []string{"i"}, Package: pkg, Replaces: true,
+		Proof: []patched.Reach{{From: "f", To: "t"}}}
+}
+
+func extending(pkg string, hooks ...patched.Hook) patched.Patch {
+	return patched.Patch{Name: "ext", Change: "c", Issues: []string{"i"}, Package: pkg, Setting: "s", Hooks: hooks,
+		Proof: []patched.Reach{{From: "f", To: "t"}}}
+}
+
+var addHook = patched.Hook{File: "p/k.go", Func: "(*K).Add", Line: "reject()", Call: "critletRefused()"}
+
+func TestBuild(t *testing.T) {
 	tests := []struct {
 		name     string
 		upstream []string
 		repo     []string
-		pkgs     []string
-		// want maps upstream-relative keys to repo-relative values ("" deletes).
+		patches  []patched.Patch
+		// want maps upstream-relative keys to repo-relative values, "" for
+		// a deletion and "gen:" for a generated file.
 		want    map[string]string
 		wantErr string
 	}{
@@ -42,104 +75,292 @@ func TestGenerate(t *testing.T) {
 			name:     "replaces, adds and deletes; leaves tests, other files and subpackages alone",
 			upstream: []string{"p/a.go", "p/b.go", "p/a_test.go", "p/OWNERS", "p/sub/s.go", "q/q.go"},
 			repo:     []string{"p/a.go", "p/new.go", "p/new_test.go", "p/sub/victims/v.go", "q/q.go"},
-			pkgs:     []string{"p"},
+			patches:  []patched.Patch{replacing("p")},
 			want: map[string]string{
-				"p/a.go":   "p/a.go",
-				"p/b.go":   "",
-				"p/new.go": "p/new.go",
+				"p/a.go":                           "p/a.go",
+				"p/b.go":                           "",
+				"p/new.go":                         "p/new.go",
+				"p/critlet_zz_generated_swap_p.go": "gen:",
 			},
 		},
 		{
-			name:     "several packages, nested declarations, ignored file names",
+			name:     "several packages, nested, ignored file names",
 			upstream: []string{"pkg/x/x.go", "pkg/x/y/y.go", "pkg/x/y/y_linux.go", "pkg/x/_skip.go", "pkg/x/.hidden.go"},
 			repo:     []string{"pkg/x/x1.go", "pkg/x/y/z.go", "pkg/x/_draft.go"},
-			pkgs:     []string{"pkg/x", "pkg/x/y"},
+			patches:  []patched.Patch{replacing("pkg/x"), replacing("pkg/x/y")},
 			want: map[string]string{
 				"pkg/x/x.go":         "",
 				"pkg/x/x1.go":        "pkg/x/x1.go",
 				"pkg/x/y/y.go":       "",
 				"pkg/x/y/y_linux.go": "",
 				"pkg/x/y/z.go":       "pkg/x/y/z.go",
+				"pkg/x/critlet_zz_generated_swap_pkg_x.go":     "gen:",
+				"pkg/x/y/critlet_zz_generated_swap_pkg_x_y.go": "gen:",
 			},
+		},
+		{
+			name:     "extends: adds critlet files, hooks one file, leaves the rest",
+			upstream: []string{"p/k.go=" + hookedSrc, "p/other.go", "p/k_test.go"},
+			repo:     []string{"p/critlet_retry.go=" + addedSrc, "p/critlet_retry_test.go", "p/sub/s.go"},
+			patches:  []patched.Patch{extending("p", addHook)},
+			want: map[string]string{
+				"p/critlet_retry.go":            "p/critlet_retry.go",
+				"p/k.go":                        "gen:",
+				"p/critlet_zz_generated_ext.go": "gen:",
+			},
+		},
+		{
+			name:     "an added file must be named critlet_*",
+			upstream: []string{"p/k.go=" + hookedSrc},
+			repo:     []string{"p/retry.go"},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  "patch ext: ",
+		},
+		{
+			name:     "an added file without the build tag",
+			upstream: []string{"p/k.go=" + hookedSrc},
+			repo:     []string{"p/critlet_retry.go"},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  "must start with \"//go:build critlet_patch\"",
+		},
+		{
+			name:     "an added file with another build tag",
+			upstream: []string{"p/k.go=" + hookedSrc},
+			repo:     []string{"p/critlet_retry.go=//go:build linux\n\npackage x\n"},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  "want \"//go:build critlet_patch\"",
+		},
+		{
+			name:     "an added file may not replace upstream's",
+			upstream: []string{"p/k.go=" + hookedSrc, "p/critlet_x.go"},
+			repo:     []string{"p/critlet_x.go=" + addedSrc},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  "an added file may not replace one",
+		},
+		{
+			name:     "the generated name is the build's",
+			upstream: []string{"p/k.go=" + hookedSrc},
+			repo:     []string{"p/critlet_zz_generated_ext.go=" + addedSrc},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  "which the build generates",
+		},
+		{
+			name:     "hook line gone upstream names the patch and the file",
+			upstream: []string{"p/k.go=package x\n\nfunc (k *K) Add() {\n\trefuse()\n}\n"},
+			repo:     []string{"p/critlet_retry.go=" + addedSrc},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  `patch ext: hook in p/k.go, (*K).Add, on line "reject()": the line occurs 0 times`,
+		},
+		{
+			name:     "hooked file gone upstream",
+			upstream: []string{"p/other.go"},
+			repo:     []string{"p/critlet_retry.go=" + addedSrc},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  "patch ext: hooked file p/k.go",
 		},
 		{
 			name:     "declared package missing upstream",
 			upstream: []string{"other/o.go"},
 			repo:     []string{"p/a.go"},
-			pkgs:     []string{"p"},
-			wantErr:  "upstream package p",
+			patches:  []patched.Patch{replacing("p")},
+			wantErr:  "upstream package",
 		},
 		{
 			name:     "declared package missing in the repository",
 			upstream: []string{"p/a.go"},
 			repo:     []string{"other/o.go"},
-			pkgs:     []string{"p"},
-			wantErr:  "replacement package p",
+			patches:  []patched.Patch{replacing("p")},
+			wantErr:  "replacement package",
 		},
 		{
 			name:     "upstream package has only tests",
 			upstream: []string{"p/a_test.go"},
 			repo:     []string{"p/a.go"},
-			pkgs:     []string{"p"},
+			patches:  []patched.Patch{replacing("p")},
 			wantErr:  "no non-test Go files",
 		},
 		{
 			name:     "replacement has files only in a subpackage",
 			upstream: []string{"p/a.go"},
 			repo:     []string{"p/victims/v.go", "p/a_test.go"},
-			pkgs:     []string{"p"},
+			patches:  []patched.Patch{replacing("p")},
 			wantErr:  "no non-test Go files",
 		},
 		{
 			name:     "assembly cannot be replaced by Go files",
 			upstream: []string{"p/a.go", "p/a_amd64.s"},
 			repo:     []string{"p/a.go"},
-			pkgs:     []string{"p"},
+			patches:  []patched.Patch{replacing("p")},
 			wantErr:  "non-Go source",
 		},
-		{
-			name:     "declared twice",
-			upstream: []string{"p/a.go"},
-			repo:     []string{"p/a.go"},
-			pkgs:     []string{"p", "p"},
-			wantErr:  "declared twice",
-		},
-		{name: "nothing declared", upstream: []string{"p/a.go"}, repo: []string{"p/a.go"}, wantErr: "no packages"},
-		{name: "escapes the module", upstream: []string{"p/a.go"}, repo: []string{"p/a.go"}, pkgs: []string{"../p"}, wantErr: "clean, slash-separated"},
-		{name: "absolute", upstream: []string{"p/a.go"}, repo: []string{"p/a.go"}, pkgs: []string{"/p"}, wantErr: "clean, slash-separated"},
-		{name: "unclean", upstream: []string{"p/a.go"}, repo: []string{"p/a.go"}, pkgs: []string{"p/"}, wantErr: "clean, slash-separated"},
-		{name: "empty", upstream: []string{"p/a.go"}, repo: []string{"p/a.go"}, pkgs: []string{""}, wantErr: "clean, slash-separated"},
+		{name: "nothing declared", upstream: []string{"p/a.go"}, repo: []string{"p/a.go"}, wantErr: "no patches"},
+		{name: "invalid declaration", upstream: []string{"p/a.go"}, repo: []string{"p/a.go"}, patches: []patched.Patch{replacing("../p")}, wantErr: "clean, slash-separated"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			up, repo := tree(t, tc.upstream...), tree(t, tc.repo...)
-			got, err := Generate(up, repo, tc.pkgs)
+			up, repo, gen := tree(t, tc.upstream...), tree(t, tc.repo...), t.TempDir()
+			got, err := Build(up, repo, gen, tc.patches)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("Generate error = %v, want one containing %q", err, tc.wantErr)
+					t.Fatalf("Build error = %v, want one containing %q", err, tc.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("Generate: %v", err)
+				t.Fatalf("Build: %v", err)
 			}
 			want := map[string]string{}
 			for k, v := range tc.want {
-				if v != "" {
+				switch {
+				case v == "gen:":
+					v = filepath.Join(gen, filepath.FromSlash(k))
+				case v != "":
 					v = filepath.Join(repo, filepath.FromSlash(v))
 				}
 				want[filepath.Join(up, filepath.FromSlash(k))] = v
 			}
-			if len(got.Replace) != len(want) {
-				t.Errorf("got %d entries, want %d:\n got %v\nwant %v", len(got.Replace), len(want), got.Replace, want)
+			if len(got.Overlay.Replace) != len(want) {
+				t.Errorf("got %d entries, want %d:\n got %v\nwant %v", len(got.Overlay.Replace), len(want), got.Overlay.Replace, want)
 			}
 			for k, v := range want {
-				if g, ok := got.Replace[k]; !ok || g != v {
+				if g, ok := got.Overlay.Replace[k]; !ok || g != v {
 					t.Errorf("Replace[%s] = %q (present %v), want %q", k, g, ok, v)
 				}
 			}
-			checkTouchesExactly(t, got, up, repo, tc.pkgs)
+			for _, v := range got.Overlay.Replace {
+				if strings.HasPrefix(v, gen) && got.Generated[v] == nil {
+					t.Errorf("overlay points at %s, which the plan does not generate", v)
+				}
+			}
+			if len(entries(t, gen)) != 0 {
+				t.Errorf("planning wrote files: %v", entries(t, gen))
+			}
+			checkTouchesExactly(t, got, up, repo, tc.patches)
 		})
+	}
+}
+
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+func TestApplyHooks(t *testing.T) {
+	tests := []struct {
+		name    string
+		src     string
+		hooks   []patched.Hook
+		want    string
+		wantErr string
+	}{
+		{
+			name:  "appends to the one line in the function",
+			src:   hookedSrc,
+			hooks: []patched.Hook{{File: "k.go", Func: "(*K).Add", Line: "reject()", Call: "critlet()"}},
+			want:  strings.Replace(hookedSrc, "\t\treject()\n", "\t\treject(); critlet()\n", 1),
+		},
+		{
+			name:  "plain function",
+			src:   hookedSrc,
+			hooks: []patched.Hook{{File: "k.go", Func: "other", Line: "reject()", Call: "critlet()"}},
+			want:  strings.Replace(hookedSrc, "\treject()\n}\n", "\treject(); critlet()\n}\n", 1),
+		},
+		{
+			name:    "line twice in the function",
+			src:     "package x\n\nfunc f() {\n\tg()\n\tg()\n}\n",
+			hooks:   []patched.Hook{{File: "k.go", Func: "f", Line: "g()", Call: "c()"}},
+			wantErr: "occurs 2 times",
+		},
+		{
+			name:    "no such function",
+			src:     hookedSrc,
+			hooks:   []patched.Hook{{File: "k.go", Func: "K.Add", Line: "reject()", Call: "c()"}},
+			wantErr: "no function K.Add",
+		},
+		{
+			name:    "a commented line",
+			src:     "package x\n\nfunc f() {\n\tg() // why\n}\n",
+			hooks:   []patched.Hook{{File: "k.go", Func: "f", Line: "g() // why", Call: "c()"}},
+			wantErr: "may not hold a comment",
+		},
+		{
+			name:    "a call that breaks the file",
+			src:     hookedSrc,
+			hooks:   []patched.Hook{{File: "k.go", Func: "other", Line: "reject()", Call: "critlet("}},
+			wantErr: "no longer parses",
+		},
+		{
+			name: "the same line hooked twice",
+			src:  hookedSrc,
+			hooks: []patched.Hook{
+				{File: "k.go", Func: "other", Line: "reject()", Call: "a()"},
+				{File: "k.go", Func: "other", Line: "reject()", Call: "b()"},
+			},
+			wantErr: "hooked twice",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ApplyHooks("k.go", []byte(tc.src), tc.hooks)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("got\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestApplyWritesPlanAndRemovesStaleFiles(t *testing.T) {
+	up := tree(t, "p/k.go="+hookedSrc)
+	repo := tree(t, "p/critlet_retry.go="+addedSrc)
+	gen := filepath.Join(t.TempDir(), "gen")
+	stale := filepath.Join(gen, "p", "old.go")
+	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Build(up, repo, gen, []patched.Patch{extending("p", addHook)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "overlay.json")
+	if err := plan.Apply(gen, out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale generated file survived: %v", err)
+	}
+	for p, want := range plan.Generated {
+		if got, err := os.ReadFile(p); err != nil || string(got) != string(want) {
+			t.Errorf("%s: %v, content differs", p, err)
+		}
+	}
+	var f File
+	data, _ := os.ReadFile(out)
+	if err := json.Unmarshal(data, &f); err != nil || len(f.Replace) != len(plan.Overlay.Replace) {
+		t.Fatalf("overlay file %s: %v", data, err)
+	}
+	// A plan may only write under its generation directory.
+	plan.Generated["/etc/critlet-overlay-test"] = []byte("x")
+	if err := plan.Apply(gen, out); err == nil || !strings.Contains(err.Error(), "outside") {
+		t.Fatalf("writing outside the generation directory: %v", err)
 	}
 }
 
@@ -164,9 +385,10 @@ func TestJSONIsStableAndWhatGoReads(t *testing.T) {
 	}
 }
 
-// TestRealOverlayTouchesOnlyDeclaredPackages generates the overlay the build
-// uses, from patched.Packages, this repository and the pinned upstream module,
-// and checks it against a listing made independently of Generate.
+// TestRealOverlayTouchesOnlyDeclaredPackages plans the overlay the build
+// uses, from patched.Patches, this repository and the pinned upstream
+// module, and checks it against a listing made independently of Build; each
+// hooked file differs from upstream's only on its hooked lines.
 func TestRealOverlayTouchesOnlyDeclaredPackages(t *testing.T) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes").Output()
 	if err != nil {
@@ -180,34 +402,100 @@ func TestRealOverlayTouchesOnlyDeclaredPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Generate(up, repo, patched.Packages)
+	gen := t.TempDir()
+	plan, err := Build(up, repo, gen, patched.Patches)
 	if err != nil {
-		t.Fatalf("Generate: %v", err)
+		t.Fatalf("Build: %v", err)
 	}
-	checkTouchesExactly(t, f, up, repo, patched.Packages)
+	checkTouchesExactly(t, plan, up, repo, patched.Patches)
+	hooks := 0
+	for _, p := range patched.Patches {
+		for _, h := range p.Hooks {
+			hooks++
+			orig, err := os.ReadFile(filepath.Join(up, filepath.FromSlash(h.File)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hooked := plan.Generated[filepath.Join(gen, filepath.FromSlash(h.File))]
+			a, b := strings.Split(strings.TrimSuffix(string(orig), "\n"), "\n"), strings.Split(strings.TrimSuffix(string(hooked), "\n"), "\n")
+			// After upstream's lines, one registering init per patch.
+			if len(b) != len(a)+1 || !strings.HasPrefix(b[len(a)], "func init() { critletHooked_") {
+				t.Fatalf("%s: %d lines hooked, %d upstream, ending %q: want upstream's and one init", h.File, len(b), len(a), b[len(b)-1])
+			}
+			b = b[:len(a)]
+			changed := 0
+			for i := range a {
+				if a[i] == b[i] {
+					continue
+				}
+				changed++
+				if !strings.HasPrefix(b[i], a[i]+"; ") {
+					t.Errorf("%s:%d: %q is not upstream's %q plus a call", h.File, i+1, b[i], a[i])
+				}
+			}
+			if want := countHooks(patched.Patches, h.File); changed != want {
+				t.Errorf("%s: %d lines changed, %d hooks declared", h.File, changed, want)
+			}
+		}
+	}
+	if hooks == 0 {
+		t.Fatal("no hooks declared: the check above checked nothing")
+	}
+}
+
+func countHooks(patches []patched.Patch, file string) int {
+	n := 0
+	for _, p := range patches {
+		for _, h := range p.Hooks {
+			if h.File == file {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // checkTouchesExactly asserts that every overlay key lies directly in a
-// declared package directory of the upstream copy, that every non-test Go file
-// of each declared upstream package is deleted or replaced, that every non-test
-// Go file of each replacement is added under its own name, and nothing else.
-func checkTouchesExactly(t *testing.T, f *File, up, repo string, pkgs []string) {
+// declared package directory of the upstream copy; that a replaced package
+// loses every upstream non-test Go file and gains every one of the
+// project's under its own name; that an extended package keeps upstream's
+// files but the hooked ones and gains the project's critlet_* files; and
+// that each patch has its generated registration.
+func checkTouchesExactly(t *testing.T, plan *Plan, up, repo string, patches []patched.Patch) {
 	t.Helper()
-	declared := map[string]string{} // upstream package dir -> repo package dir
-	for _, p := range pkgs {
-		declared[filepath.Join(up, filepath.FromSlash(p))] = filepath.Join(repo, filepath.FromSlash(p))
+	byDir := map[string]patched.Patch{}
+	for _, p := range patches {
+		byDir[filepath.Join(up, filepath.FromSlash(p.Package))] = p
 	}
-	for k, v := range f.Replace {
-		repoDir, ok := declared[filepath.Dir(k)]
+	hooked := map[string]bool{}
+	for _, p := range patches {
+		for _, h := range p.Hooks {
+			hooked[filepath.Join(up, filepath.FromSlash(h.File))] = true
+		}
+	}
+	for k, v := range plan.Overlay.Replace {
+		p, ok := byDir[filepath.Dir(k)]
 		if !ok {
 			t.Errorf("overlay key %s is outside the declared packages", k)
 			continue
 		}
+		base := filepath.Base(k)
 		if strings.HasSuffix(k, "_test.go") || filepath.Ext(k) != ".go" {
 			t.Errorf("overlay key %s is not a non-test Go file", k)
 		}
-		if v != "" && v != filepath.Join(repoDir, filepath.Base(k)) {
-			t.Errorf("overlay maps %s to %s, want the replacement's file of the same name", k, v)
+		repoFile := filepath.Join(repo, filepath.FromSlash(p.Package), base)
+		switch {
+		case v == "" && p.Replaces:
+		case v == "":
+			t.Errorf("overlay deletes %s from extended package %s", k, p.Package)
+		case plan.Generated[v] != nil:
+			if !hooked[k] && base != registrationFile(p) {
+				t.Errorf("overlay generates %s, neither hooked nor the registration", k)
+			}
+		case v != repoFile:
+			t.Errorf("overlay maps %s to %s, want the project's file of the same name", k, v)
+		case !p.Replaces && !strings.HasPrefix(base, patched.AddedFilePrefix):
+			t.Errorf("overlay adds %s to extended package %s", base, p.Package)
 		}
 	}
 	nonTestGo := func(dir string) []string {
@@ -224,20 +512,28 @@ func checkTouchesExactly(t *testing.T, f *File, up, repo string, pkgs []string) 
 		}
 		return keep
 	}
-	for upDir, repoDir := range declared {
+	for upDir, p := range byDir {
+		repoDir := filepath.Join(repo, filepath.FromSlash(p.Package))
 		ups, ours := nonTestGo(upDir), nonTestGo(repoDir)
 		if len(ups) == 0 || len(ours) == 0 {
-			t.Errorf("declared package %s: %d upstream and %d replacement files; want both non-empty", upDir, len(ups), len(ours))
+			t.Errorf("declared package %s: %d upstream and %d project files; want both non-empty", upDir, len(ups), len(ours))
 		}
 		for _, b := range ups {
-			if _, ok := f.Replace[filepath.Join(upDir, b)]; !ok {
-				t.Errorf("upstream file %s survives the overlay", filepath.Join(upDir, b))
+			_, touched := plan.Overlay.Replace[filepath.Join(upDir, b)]
+			if p.Replaces && !touched {
+				t.Errorf("upstream file %s survives the replacement", filepath.Join(upDir, b))
+			}
+			if !p.Replaces && touched != hooked[filepath.Join(upDir, b)] {
+				t.Errorf("upstream file %s of extended package: touched %v, hooked %v", filepath.Join(upDir, b), touched, hooked[filepath.Join(upDir, b)])
 			}
 		}
 		for _, b := range ours {
-			if got := f.Replace[filepath.Join(upDir, b)]; got != filepath.Join(repoDir, b) {
-				t.Errorf("replacement file %s is not added (overlay has %q)", filepath.Join(repoDir, b), got)
+			if got := plan.Overlay.Replace[filepath.Join(upDir, b)]; got != filepath.Join(repoDir, b) {
+				t.Errorf("project file %s is not added (overlay has %q)", filepath.Join(repoDir, b), got)
 			}
+		}
+		if _, ok := plan.Overlay.Replace[filepath.Join(upDir, registrationFile(p))]; !ok {
+			t.Errorf("patch %s has no registration file", p.Name)
 		}
 	}
 }

@@ -3,6 +3,7 @@
 package build
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -18,6 +19,7 @@ import (
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/patched"
 )
 
 var (
@@ -177,6 +179,52 @@ func TestPlainBuildRefusesToRun(t *testing.T) {
 	}
 }
 
+// TestBuildWithoutAHookRefusesToRun builds the kubelet with the build's own
+// overlay less one hooked file, as a stale or hand-edited overlay would, and
+// checks the binary refuses to start, naming the patch whose hooks are
+// missing.
+func TestBuildWithoutAHookRefusesToRun(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, "_output/build/overlay.json"))
+	if err != nil {
+		t.Fatalf("%v: build the kubelet first with 'make kubelet'", err)
+	}
+	var ov struct{ Replace map[string]string }
+	if err := json.Unmarshal(data, &ov); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range patched.Patches {
+		if len(p.Hooks) == 0 {
+			continue
+		}
+		t.Run(p.Name, func(t *testing.T) {
+			var hooked string
+			for k := range ov.Replace {
+				if strings.HasSuffix(k, "/"+p.Hooks[0].File) {
+					hooked = k
+				}
+			}
+			if hooked == "" {
+				t.Fatalf("the overlay has no entry for %s", p.Hooks[0].File)
+			}
+			mutant := map[string]map[string]string{"Replace": maps.Clone(ov.Replace)}
+			delete(mutant["Replace"], hooked)
+			dir := t.TempDir()
+			overlay := filepath.Join(dir, "overlay.json")
+			b, _ := json.Marshal(mutant)
+			if err := os.WriteFile(overlay, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			bin := filepath.Join(dir, "kubelet")
+			mustRun(t, "go", "build", "-modfile="+filepath.Join(root, "_output/build/go.mod"), "-trimpath", "-buildvcs=false",
+				"-overlay="+overlay, "-tags="+patched.BuildTag, "-o", bin, "./cmd/kubelet")
+			_, errOut, code := run(t, bin, "--version")
+			if code != 3 || !strings.Contains(errOut, p.Name+" has hooks") || !strings.Contains(errOut, "make kubelet") {
+				t.Fatalf("kubelet without %s's hook in %s: exit %d, stderr %q; want exit 3 naming the patch", p.Name, p.Hooks[0].File, code, errOut)
+			}
+		})
+	}
+}
+
 // TestBinaryRunsCritletHandler proves from the machine code, not the source
 // tree, that upstream's NewMainKubelet builds the handler of the preemption
 // package and that this package is critlet's: its HandleAdmissionFailure
@@ -218,6 +266,9 @@ func TestCritletFlagsOnTheBuiltBinary(t *testing.T) {
 		{[]string{"--critical-preemption-parallelism=0", "--version"}, 2, "want 1 to 256"},
 		{[]string{"--critical-preemption-kill-timeout", "soon", "--version"}, 2, "critical-preemption-kill-timeout"},
 		{[]string{"--critical-preemption-policy=priority", "--critical-preemption-parallelism", "4", "--version"}, 0, "Kubernetes v"},
+		{[]string{"--critical-static-pod-readmission=sometimes", "--version"}, 2, "sometimes"},
+		{[]string{"--critical-static-pod-readmision", "--version"}, 2, "critical-static-pod-readmision"},
+		{[]string{"--critical-static-pod-readmission", "--version"}, 0, "Kubernetes v"},
 	} {
 		stdout, stderr, code := run(t, patchedBin, tc.args...)
 		if code != tc.wantCode || !strings.Contains(stdout+stderr, tc.want) {

@@ -8,6 +8,7 @@ package preemption
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/patched"
 )
 
 // CriticalPodAdmissionHandler is a lifecycle.AdmissionFailureHandler. When a
@@ -45,9 +47,21 @@ func NewCriticalPodAdmissionHandler(getPodsFunc eviction.ActivePodsFunc, killPod
 		opts = options.Defaults()
 	}
 	registerMetrics()
+	// The kubelet's one settings line: every patch built in, those on, and
+	// the settings. NewMainKubelet builds this handler once, at start-up.
 	klog.Background().Info("critlet critical-pod admission handler installed",
-		"policy", opts.Policy, "parallelism", opts.Parallelism, "maxReplans", opts.MaxReplans, "killTimeout", opts.KillTimeout)
+		"patches", strings.Join(patchNames(), ","), "on", strings.Join(opts.PatchesOn(), ","),
+		"policy", opts.Policy, "parallelism", opts.Parallelism, "maxReplans", opts.MaxReplans, "killTimeout", opts.KillTimeout,
+		"staticPodReadmission", opts.StaticPodReadmission)
 	return newHandler(getPodsFunc, killPodFunc, recorder, opts)
+}
+
+func patchNames() []string {
+	names := make([]string, len(patched.Patches))
+	for i, p := range patched.Patches {
+		names[i] = p.Name
+	}
+	return names
 }
 
 func newHandler(getPodsFunc eviction.ActivePodsFunc, killPodFunc eviction.KillPodFunc, recorder record.EventRecorder, opts options.Options) *CriticalPodAdmissionHandler {

@@ -1,5 +1,6 @@
-// Package options holds critlet's settings for critical-pod admission: their
-// flags, environment variables, defaults and validation.
+// Package options holds critlet's settings: their flags, environment
+// variables, defaults and validation, for critical-pod admission and for the
+// other patches of pkg/patched.
 //
 // The kubelet builds its admission handler inside NewMainKubelet with a
 // fixed signature, so the kubelet main parses these settings before the
@@ -9,6 +10,7 @@ package options
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+	"github.com/critlet/critlet/pkg/patched"
 )
 
 // Options are the settings of critical-pod admission.
@@ -38,6 +41,10 @@ type Options struct {
 	// resources no longer count as freed. 0 waits as long as the kubelet's
 	// pod workers do (1.5 times the grace period, at least 10s).
 	KillTimeout time.Duration
+	// StaticPodReadmission turns on the static-pod-readmission patch: a
+	// static pod refused at admission is admitted again once it can be.
+	// Off, the kubelet never retries it, as the stock kubelet.
+	StaticPodReadmission bool
 }
 
 // Limits of the settings; values outside them are refused.
@@ -89,19 +96,26 @@ const (
 	FlagMaxReplans  = "critical-preemption-max-replans"
 	FlagKillTimeout = "critical-preemption-kill-timeout"
 
-	flagPrefix = "critical-preemption-"
+	FlagStaticPodReadmission = "critical-static-pod-readmission"
 )
+
+// flagPrefixes start every critlet flag: an argument with one of them is
+// critlet's, so a misspelt one is refused by name rather than passed to the
+// kubelet.
+var flagPrefixes = []string{"--critical-preemption-", "--critical-static-pod-"}
 
 var envOf = map[string]string{
 	FlagPolicy:      "CRITLET_PREEMPTION_POLICY",
 	FlagParallelism: "CRITLET_PREEMPTION_PARALLELISM",
 	FlagMaxReplans:  "CRITLET_PREEMPTION_MAX_REPLANS",
 	FlagKillTimeout: "CRITLET_PREEMPTION_KILL_TIMEOUT",
+
+	FlagStaticPodReadmission: "CRITLET_STATIC_POD_READMISSION",
 }
 
 // Flags returns critlet's flag names, in the order --help lists them.
 func Flags() []string {
-	return []string{FlagPolicy, FlagParallelism, FlagMaxReplans, FlagKillTimeout}
+	return []string{FlagPolicy, FlagParallelism, FlagMaxReplans, FlagKillTimeout, FlagStaticPodReadmission}
 }
 
 // EnvVar returns the environment variable that stands for flag.
@@ -132,6 +146,8 @@ func FlagSet(o *Options) *pflag.FlagSet {
 		"How many times, 0 to %d, further victims are chosen when victims fail to terminate; 0 (default) admits the critical pod regardless, as the stock kubelet does. Env %s.", MaxReplans, envOf[FlagMaxReplans]))
 	fs.DurationVar(&o.KillTimeout, FlagKillTimeout, o.KillTimeout, fmt.Sprintf(
 		"How long admission waits for one victim before counting it as failed (the kubelet keeps terminating it), never less than the victim's grace period plus 2s; 0 waits as long as the kubelet's pod workers do. Env %s.", envOf[FlagKillTimeout]))
+	fs.BoolVar(&o.StaticPodReadmission, FlagStaticPodReadmission, o.StaticPodReadmission, fmt.Sprintf(
+		"Admit a static pod again, through the same admit handlers, once a pod active at its refusal has left or its backoff (2s doubling to 1m) has expired; off (default), a refused static pod stays Failed until the kubelet restarts, as with the stock kubelet. Env %s.", envOf[FlagStaticPodReadmission]))
 	return fs
 }
 
@@ -155,11 +171,15 @@ func FromArgs(args []string, lookup func(string) (string, bool)) (Options, []str
 			rest = append(rest, args[i:]...)
 			break
 		}
-		if !strings.HasPrefix(a, "--"+flagPrefix) {
+		if !slices.ContainsFunc(flagPrefixes, func(p string) bool { return strings.HasPrefix(a, p) }) {
 			rest = append(rest, a)
 			continue
 		}
 		ours = append(ours, a)
+		// A boolean flag alone means true; it takes no following value.
+		if f := fs.Lookup(strings.TrimPrefix(a, "--")); f != nil && f.NoOptDefVal != "" {
+			continue
+		}
 		if !strings.Contains(a, "=") {
 			if i+1 >= len(args) {
 				return o, nil, fmt.Errorf("%s needs a value", a)
@@ -195,7 +215,32 @@ func Current() Options {
 
 // String renders o as flags.
 func (o Options) String() string {
-	return fmt.Sprintf("--%s=%s --%s=%s --%s=%s --%s=%s",
+	return fmt.Sprintf("--%s=%s --%s=%s --%s=%s --%s=%s --%s=%t",
 		FlagPolicy, o.Policy, FlagParallelism, strconv.Itoa(o.Parallelism),
-		FlagMaxReplans, strconv.Itoa(o.MaxReplans), FlagKillTimeout, o.KillTimeout)
+		FlagMaxReplans, strconv.Itoa(o.MaxReplans), FlagKillTimeout, o.KillTimeout,
+		FlagStaticPodReadmission, o.StaticPodReadmission)
+}
+
+// On reports whether patch p is on under o. A patch without a setting is
+// always on (its defaults decide as the stock kubelet does).
+func (o Options) On(p patched.Patch) bool {
+	switch p.Setting {
+	case "":
+		return true
+	case FlagStaticPodReadmission:
+		return o.StaticPodReadmission
+	default:
+		return false
+	}
+}
+
+// PatchesOn returns the names of the declared patches on under o.
+func (o Options) PatchesOn() []string {
+	var on []string
+	for _, p := range patched.Patches {
+		if o.On(p) {
+			on = append(on, p.Name)
+		}
+	}
+	return on
 }

@@ -1,10 +1,12 @@
 package options
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+	"github.com/critlet/critlet/pkg/patched"
 )
 
 func TestFromArgsSplitsAndOverrides(t *testing.T) {
@@ -31,5 +33,65 @@ func TestDefaultsAndUpstreamAreValid(t *testing.T) {
 	}
 	if u := Upstream(); u.Policy != victims.PolicyUpstream || u.Parallelism != 1 || u.MaxReplans != 0 || u.KillTimeout != 0 {
 		t.Fatalf("Upstream() = %+v: must reproduce the stock kubelet", u)
+	}
+}
+
+func TestStaticPodReadmissionForms(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    bool
+		rest    string
+		wantErr string
+	}{
+		{name: "default off", args: []string{"--v=2"}, rest: "--v=2"},
+		{name: "bare flag takes no value", args: []string{"--critical-static-pod-readmission", "--v=2"}, want: true, rest: "--v=2"},
+		{name: "bare flag last", args: []string{"--v=2", "--critical-static-pod-readmission"}, want: true, rest: "--v=2"},
+		{name: "explicit true", args: []string{"--critical-static-pod-readmission=true"}, want: true},
+		{name: "flag off over environment on", args: []string{"--critical-static-pod-readmission=false"}, env: map[string]string{"CRITLET_STATIC_POD_READMISSION": "true"}},
+		{name: "environment", env: map[string]string{"CRITLET_STATIC_POD_READMISSION": "1"}, want: true},
+		{name: "bad environment", env: map[string]string{"CRITLET_STATIC_POD_READMISSION": "yes please"}, wantErr: "CRITLET_STATIC_POD_READMISSION"},
+		{name: "bad value", args: []string{"--critical-static-pod-readmission=sometimes"}, wantErr: "sometimes"},
+		{name: "misspelt", args: []string{"--critical-static-pod-readmision"}, wantErr: "critical-static-pod-readmision"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, rest, err := FromArgs(tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.StaticPodReadmission != tc.want || strings.Join(rest, " ") != tc.rest {
+				t.Fatalf("readmission %v, rest %q; want %v, %q", o.StaticPodReadmission, rest, tc.want, tc.rest)
+			}
+		})
+	}
+}
+
+func TestEveryPatchSettingIsAFlag(t *testing.T) {
+	for _, p := range patched.Patches {
+		if p.Setting == "" {
+			if !Defaults().On(p) {
+				t.Errorf("patch %s has no setting but is off", p.Name)
+			}
+			continue
+		}
+		if !slices.Contains(Flags(), p.Setting) {
+			t.Errorf("patch %s is turned on by --%s, which is not one of critlet's flags", p.Name, p.Setting)
+		}
+		if Defaults().On(p) {
+			t.Errorf("patch %s is on by default; every patch with a setting must be opt-in", p.Name)
+		}
+	}
+	o := Defaults()
+	o.StaticPodReadmission = true
+	if got := strings.Join(o.PatchesOn(), ","); got != "critical-pod-admission,static-pod-readmission" {
+		t.Errorf("PatchesOn with readmission = %s", got)
 	}
 }

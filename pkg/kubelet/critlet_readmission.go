@@ -1,0 +1,142 @@
+//go:build critlet_patch
+
+package kubelet
+
+// critlet's static-pod-readmission patch (pkg/patched): a static pod refused
+// at admission is admitted again once it can be. The stock kubelet never
+// retries it: its sources send nothing new while the manifest is unchanged,
+// so the pod stays Failed until the kubelet restarts (kubernetes#116484).
+//
+// Two hooks reach this file, both on the sync loop's goroutine, so a retry
+// never races an admission: HandlePodAdditions reports each refusal, and
+// housekeeping (every two seconds, once all pod sources are ready) retries
+// the refused pods that package readmission says are due. With the setting
+// off both return at once and nothing else here runs.
+
+import (
+	"context"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
+
+	critletoptions "github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/kubelet/readmission"
+)
+
+// critletReasonReadmitted is the event reason on a static pod admitted again.
+const critletReasonReadmitted = "Readmitted"
+
+var critletReadmissionAttempts = metrics.NewCounterVec(&metrics.CounterOpts{
+	Subsystem:      "kubelet",
+	Name:           "static_pod_readmission_attempts_total",
+	Help:           "Admissions of refused static pods tried again by critlet's static-pod-readmission, by result: admitted or refused.",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"result"})
+
+var (
+	critletReadmissionOnce  sync.Once
+	critletReadmissionQueue *readmission.Queue
+)
+
+// critletReadmission returns the queue of refused static pods, or nil when
+// the patch is off. The settings are read once, at the first refusal or
+// housekeeping, after the kubelet main published them.
+func critletReadmission() *readmission.Queue {
+	critletReadmissionOnce.Do(func() {
+		if !critletoptions.Current().StaticPodReadmission {
+			return
+		}
+		critletReadmissionQueue = readmission.NewQueue(readmission.DefaultBackoff)
+		legacyregistry.MustRegister(critletReadmissionAttempts)
+	})
+	return critletReadmissionQueue
+}
+
+// critletAdmissionRefused is called by HandlePodAdditions after it refused
+// pod; it keeps static pods for a retry.
+func (kl *Kubelet) critletAdmissionRefused(ctx context.Context, pod *v1.Pod, reason string) {
+	q := critletReadmission()
+	if q == nil || !kubetypes.IsStaticPod(pod) {
+		return
+	}
+	n, next := q.Refused(pod.UID, reason, kl.clock.Now(), critletUIDs(kl.GetActivePods()))
+	klog.FromContext(ctx).Info("Static pod refused at admission; critlet will admit it again when a pod leaves or its backoff expires",
+		"pod", klog.KObj(pod), "podUID", pod.UID, "reason", reason, "refusals", n, "nextTry", next)
+}
+
+// critletRetryRefusedAdmissions runs at the end of housekeeping. Each due
+// pod goes through the kubelet's admission exactly as HandlePodAdditions
+// takes a new pod (the same admit handlers in the same order, so a critical
+// pod may preempt); refused again, it is rejected again (event, status,
+// metric) and waits longer; admitted, it is handed to the pod workers as a
+// new pod.
+func (kl *Kubelet) critletRetryRefusedAdmissions(ctx context.Context) {
+	q := critletReadmission()
+	if q == nil || q.Len() == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	for _, at := range q.Due(kl.clock.Now(), critletUIDs(kl.GetActivePods())) {
+		pod, mirrorPod, ok := kl.critletStillRefused(at.UID)
+		if !ok {
+			q.Forget(at.UID)
+			logger.V(2).Info("Refused static pod forgotten: its manifest is gone or it is no longer refused", "podUID", at.UID)
+			continue
+		}
+		start := kl.clock.Now()
+		if ok, reason, message := kl.allocationManager.AddPod(ctx, kl.GetActivePods(), pod); !ok {
+			kl.rejectPod(ctx, pod, reason, message)
+			recordAdmissionRejection(reason)
+			critletReadmissionAttempts.WithLabelValues("refused").Inc()
+			n, next := q.Refused(pod.UID, reason, start, critletUIDs(kl.GetActivePods()))
+			logger.Info("Static pod refused again", "pod", klog.KObj(pod), "podUID", pod.UID, "reason", reason, "refusals", n, "nextTry", next)
+			continue
+		}
+		q.Forget(pod.UID)
+		critletReadmissionAttempts.WithLabelValues("admitted").Inc()
+		// The refusal left the pod Failed in the status manager, which would
+		// hold the pod worker to that phase; a static pod's cached phase may
+		// go back (the status manager does not lock static pods' phases), and
+		// the mirror pod follows when its status is next synced.
+		kl.statusManager.SetPodStatus(logger, pod, v1.PodStatus{Phase: v1.PodPending, QOSClass: v1qos.GetPodQOS(pod)})
+		kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonReadmitted,
+			"Admitted after %d refusals (last: %s)", at.Refusals, at.LastReason)
+		logger.Info("Static pod admitted again", "pod", klog.KObj(pod), "podUID", pod.UID,
+			"refusals", at.Refusals, "lastReason", at.LastReason, "podsLeft", at.PodsLeft)
+		kl.podWorkers.UpdatePod(ctx, UpdatePodOptions{
+			Pod:        pod,
+			MirrorPod:  mirrorPod,
+			UpdateType: kubetypes.SyncPodCreate,
+			StartTime:  start,
+		})
+	}
+}
+
+// critletStillRefused returns the static pod uid and its mirror pod while
+// the pod is still one admission refused: in the pod manager (its manifest
+// is there), unknown to the pod workers and Failed in the status manager.
+func (kl *Kubelet) critletStillRefused(uid types.UID) (*v1.Pod, *v1.Pod, bool) {
+	pod, ok := kl.podManager.GetPodByUID(uid)
+	if !ok || !kubetypes.IsStaticPod(pod) || kl.podWorkers.IsPodKnownTerminated(uid) || kl.podWorkers.IsPodTerminationRequested(uid) {
+		return nil, nil, false
+	}
+	if status, ok := kl.statusManager.GetPodStatus(uid); !ok || status.Phase != v1.PodFailed {
+		return nil, nil, false
+	}
+	pod, mirrorPod, _ := kl.podManager.GetPodAndMirrorPod(pod)
+	return pod, mirrorPod, pod != nil
+}
+
+func critletUIDs(pods []*v1.Pod) []types.UID {
+	out := make([]types.UID, len(pods))
+	for i, p := range pods {
+		out[i] = p.UID
+	}
+	return out
+}

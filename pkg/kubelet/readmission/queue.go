@@ -1,0 +1,148 @@
+// Package readmission decides when a static pod that kubelet admission
+// refused is tried again. It holds no kubelet state and does no I/O: the
+// kubelet reports refusals and the pods active at each, and asks which
+// refused pods are due; it runs the admission itself.
+//
+// A refused pod is due when a pod that was active at its last refusal has
+// left (room may have appeared: the common case, retried at the kubelet's
+// next housekeeping, within two seconds), or when its backoff has expired
+// (room that appears otherwise: a resized pod, a grown node). The backoff
+// starts at Backoff.First after the first refusal and doubles with each
+// refusal up to Backoff.Max, so a pod that can never fit is tried at most
+// once per Max.
+package readmission
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Backoff bounds how soon a refused pod is tried again when no pod has left.
+type Backoff struct {
+	// First is the wait after the first refusal; each refusal doubles it.
+	First time.Duration
+	// Max caps the wait.
+	Max time.Duration
+}
+
+// DefaultBackoff: the first step is the kubelet's housekeeping period, so
+// the first retry comes at the first housekeeping after it.
+var DefaultBackoff = Backoff{First: 2 * time.Second, Max: time.Minute}
+
+// After returns the wait after the n-th consecutive refusal (n >= 1).
+func (b Backoff) After(n int) time.Duration {
+	d := b.First
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	return min(d, b.Max)
+}
+
+// Queue holds the refused pods. Its methods may be called from any
+// goroutine; the kubelet calls them from its sync loop.
+type Queue struct {
+	backoff Backoff
+
+	mu   sync.Mutex
+	pods map[types.UID]*refused
+	// order keeps first refusals in order, so due pods are tried oldest
+	// first, as the kubelet admits pods by creation time.
+	order []types.UID
+}
+
+type refused struct {
+	refusals int
+	reason   string
+	next     time.Time
+	// heldRoom is the set of pods active at the last refusal; any of them
+	// leaving makes the pod due.
+	heldRoom map[types.UID]bool
+}
+
+// NewQueue returns an empty queue with backoff b.
+func NewQueue(b Backoff) *Queue {
+	return &Queue{backoff: b, pods: map[types.UID]*refused{}}
+}
+
+// Refused records that pod uid was refused at now for reason while active
+// were the pods admitted. It returns how many consecutive refusals the pod
+// has had and when its backoff expires. O(len(active)).
+func (q *Queue) Refused(uid types.UID, reason string, now time.Time, active []types.UID) (int, time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := q.pods[uid]
+	if r == nil {
+		r = &refused{}
+		q.pods[uid] = r
+		q.order = append(q.order, uid)
+	}
+	r.refusals++
+	r.reason = reason
+	r.next = now.Add(q.backoff.After(r.refusals))
+	r.heldRoom = make(map[types.UID]bool, len(active))
+	for _, a := range active {
+		r.heldRoom[a] = true
+	}
+	return r.refusals, r.next
+}
+
+// Due returns, oldest refusal first, the pods to try now given the pods
+// active now. O(refused pods × active pods).
+func (q *Queue) Due(now time.Time, active []types.UID) []Attempt {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.order) == 0 {
+		return nil
+	}
+	still := make(map[types.UID]bool, len(active))
+	for _, a := range active {
+		still[a] = true
+	}
+	var due []Attempt
+	for _, uid := range q.order {
+		r := q.pods[uid]
+		left := 0
+		for held := range r.heldRoom {
+			if !still[held] {
+				left++
+			}
+		}
+		if left > 0 || !now.Before(r.next) {
+			due = append(due, Attempt{UID: uid, Refusals: r.refusals, LastReason: r.reason, PodsLeft: left})
+		}
+	}
+	return due
+}
+
+// Attempt is a refused pod due for another admission.
+type Attempt struct {
+	UID types.UID
+	// Refusals is how many times in a row it was refused.
+	Refusals int
+	// LastReason is the reason of the last refusal.
+	LastReason string
+	// PodsLeft counts the pods active at the last refusal that have left;
+	// 0 when the backoff expired.
+	PodsLeft int
+}
+
+// Forget drops uid: it was admitted, or it is gone. O(refused pods).
+func (q *Queue) Forget(uid types.UID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.pods[uid]; !ok {
+		return
+	}
+	delete(q.pods, uid)
+	q.order = slices.DeleteFunc(q.order, func(u types.UID) bool { return u == uid })
+}
+
+// Len is the number of refused pods held.
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pods)
+}

@@ -1,0 +1,140 @@
+package patched
+
+import (
+	"fmt"
+	"path"
+	"strings"
+)
+
+// UpstreamModule is the module critlet patches.
+const UpstreamModule = "k8s.io/kubernetes"
+
+// Patch declares one change critlet makes to upstream.
+type Patch struct {
+	// Name is short and stable; logs, build errors and the kubelet's
+	// settings line use it.
+	Name string
+	// Change says in one sentence what the patch changes.
+	Change string
+	// Issues are the upstream issues the patch answers.
+	Issues []string
+	// Setting is the kubelet flag that turns the patch on; empty when the
+	// patch is always on because its defaults decide as the stock kubelet.
+	Setting string
+	// Package is the upstream package the patch changes, relative to
+	// UpstreamModule and to this module's root (the project keeps its files
+	// at the mirrored path).
+	Package string
+	// Replaces is true when the project's package replaces upstream's
+	// whole; otherwise the project's critlet_*.go files are added to it.
+	Replaces bool
+	// Hooks are the upstream lines the patch appends a call to.
+	Hooks []Hook
+	// Proof lists calls the machine code of a patched kubelet must contain
+	// (test/build follows direct calls from each From until it finds To)
+	// and a stock kubelet must not.
+	Proof []Reach
+}
+
+// Hook appends Call to the one line of function Func in File whose text,
+// without indentation, is Line. Appending on the same line keeps every line
+// number of the file as upstream's, so log lines name the same file:line as
+// the stock kubelet's.
+type Hook struct {
+	// File is relative to the module root, in Patch.Package.
+	File string
+	// Func is a function name, or a method as (*Type).Name or Type.Name.
+	Func string
+	Line string
+	Call string
+}
+
+// ID names the hook in registrations and errors: file, function.
+func (h Hook) ID() string { return h.File + ":" + h.Func }
+
+// Reach is a path of direct calls from one function to another, both named
+// as the linker names them. To must be a function the compiler does not
+// inline, or the call disappears into its caller.
+type Reach struct{ From, To string }
+
+// ImportPath is the upstream import path of the package the patch changes.
+func (p Patch) ImportPath() string { return UpstreamModule + "/" + p.Package }
+
+// HookIDs lists the IDs of p's hooks, in declaration order.
+func (p Patch) HookIDs() []string {
+	ids := make([]string, len(p.Hooks))
+	for i, h := range p.Hooks {
+		ids[i] = h.ID()
+	}
+	return ids
+}
+
+// BuildTag is the build constraint every added file carries, and the tag
+// the patched build sets: an added file is a fragment of an upstream
+// package that compiles only inside it, so this module's own builds, vets
+// and tests must never see it.
+const BuildTag = "critlet_patch"
+
+// AddedFilePrefix starts the name of every file a patch adds to an upstream
+// package, so an added file can never be mistaken for, or replace, one of
+// upstream's.
+const AddedFilePrefix = "critlet_"
+
+// Validate reports the first malformed declaration in patches: empty or
+// repeated names, unclean package paths, a package patched twice, hooks
+// outside the patch's package or with an empty line or call, a replacement
+// with hooks (it owns the whole package), a patch without proof.
+func Validate(patches []Patch) error {
+	names := map[string]bool{}
+	pkgs := map[string]string{}
+	for _, p := range patches {
+		if p.Name == "" || strings.ContainsAny(p.Name, " \t\n,") {
+			return fmt.Errorf("patch %q: the name must be non-empty, without spaces or commas", p.Name)
+		}
+		if names[p.Name] {
+			return fmt.Errorf("patch %q declared twice", p.Name)
+		}
+		names[p.Name] = true
+		if err := checkRelPath(p.Package); err != nil {
+			return fmt.Errorf("patch %q: package: %w", p.Name, err)
+		}
+		if other, ok := pkgs[p.Package]; ok {
+			return fmt.Errorf("patch %q: package %s is already patched by %q; one patch per package", p.Name, p.Package, other)
+		}
+		pkgs[p.Package] = p.Name
+		if p.Change == "" || len(p.Issues) == 0 {
+			return fmt.Errorf("patch %q: say what it changes and which upstream issues it answers", p.Name)
+		}
+		if p.Replaces && len(p.Hooks) > 0 {
+			return fmt.Errorf("patch %q replaces %s whole: it has nothing to hook", p.Name, p.Package)
+		}
+		if !p.Replaces && len(p.Hooks) == 0 {
+			return fmt.Errorf("patch %q adds files to %s but no hook calls them", p.Name, p.Package)
+		}
+		seen := map[string]bool{}
+		for _, h := range p.Hooks {
+			if err := checkRelPath(h.File); err != nil || path.Dir(h.File) != p.Package || path.Ext(h.File) != ".go" {
+				return fmt.Errorf("patch %q: hook file %q must be a Go file directly in %s", p.Name, h.File, p.Package)
+			}
+			if h.Func == "" || strings.TrimSpace(h.Line) != h.Line || h.Line == "" || h.Call == "" || strings.Contains(h.Line+h.Call, "\n") {
+				return fmt.Errorf("patch %q: hook %s: needs a function, one unindented line and one call", p.Name, h.ID())
+			}
+			if seen[h.ID()+h.Line] {
+				return fmt.Errorf("patch %q: hook %s on %q declared twice", p.Name, h.ID(), h.Line)
+			}
+			seen[h.ID()+h.Line] = true
+		}
+		if len(p.Proof) == 0 {
+			return fmt.Errorf("patch %q declares no proof", p.Name)
+		}
+	}
+	return nil
+}
+
+func checkRelPath(p string) error {
+	if p == "" || p == "." || path.IsAbs(p) || path.Clean(p) != p || p == ".." ||
+		strings.HasPrefix(p, "../") || strings.Contains(p, `\`) {
+		return fmt.Errorf("%q must be a clean, slash-separated path inside the module", p)
+	}
+	return nil
+}

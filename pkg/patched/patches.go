@@ -1,0 +1,72 @@
+package patched
+
+const critletModule = "github.com/critlet/critlet"
+
+// Patches is the one declaration of critlet's changes to upstream: the
+// overlay generator, the build checks, the kubelet's guard and its settings
+// line all read it.
+var Patches = []Patch{
+	{
+		Name:   "critical-pod-admission",
+		Change: "critical pods' victims chosen by a pure, tested selection (optionally by priority) and terminated in parallel, failed kills optionally re-planned; the stock kubelet's choices by default",
+		Issues: []string{
+			"https://github.com/kubernetes/kubernetes/issues/135857",
+			"https://github.com/kubernetes/kubernetes/issues/78405",
+		},
+		Package:  "pkg/kubelet/preemption",
+		Replaces: true,
+		Proof: []Reach{{
+			From: UpstreamModule + "/pkg/kubelet/preemption.(*CriticalPodAdmissionHandler).HandleAdmissionFailure",
+			To:   critletModule + "/pkg/kubelet/preemption/victims.Select",
+		}},
+	},
+	{
+		Name:   "static-pod-readmission",
+		Change: "a static pod refused at admission is admitted again, through the same admit handlers, once room may have appeared",
+		Issues: []string{
+			"https://github.com/kubernetes/kubernetes/issues/138391",
+			"https://github.com/kubernetes/kubernetes/issues/116484",
+			"https://github.com/kubernetes/kubernetes/issues/111174",
+		},
+		Setting: "critical-static-pod-readmission",
+		Package: "pkg/kubelet",
+		Hooks: []Hook{
+			{
+				// Every refusal of a new pod passes here.
+				File: "pkg/kubelet/kubelet.go",
+				Func: "(*Kubelet).HandlePodAdditions",
+				Line: "kl.rejectPod(ctx, pod, reason, message)",
+				Call: "kl.critletAdmissionRefused(ctx, pod, reason)",
+			},
+			{
+				// Housekeeping runs every two seconds on the sync loop's
+				// goroutine, the one HandlePodAdditions runs on, once all
+				// pod sources are ready: retries never race an admission.
+				File: "pkg/kubelet/kubelet.go",
+				Func: "(*Kubelet).syncLoopIteration",
+				Line: `logger.V(4).Info("SyncLoop (housekeeping) end", "duration", duration.Round(time.Millisecond))`,
+				Call: "kl.critletRetryRefusedAdmissions(ctx)",
+			},
+		},
+		Proof: []Reach{
+			{
+				From: UpstreamModule + "/pkg/kubelet.(*Kubelet).HandlePodAdditions",
+				To:   critletModule + "/pkg/kubelet/readmission.(*Queue).Refused",
+			},
+			{
+				From: UpstreamModule + "/pkg/kubelet.(*Kubelet).syncLoopIteration",
+				To:   critletModule + "/pkg/kubelet/readmission.(*Queue).Due",
+			},
+		},
+	},
+}
+
+// Named returns the declared patch called name.
+func Named(name string) (Patch, bool) {
+	for _, p := range Patches {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Patch{}, false
+}
