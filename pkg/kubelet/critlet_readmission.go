@@ -83,10 +83,14 @@ func (kl *Kubelet) critletRetryRefusedAdmissions(ctx context.Context) {
 	}
 	logger := klog.FromContext(ctx)
 	for _, at := range q.Due(kl.clock.Now(), critletUIDs(kl.GetActivePods())) {
-		pod, mirrorPod, ok := kl.critletStillRefused(at.UID)
-		if !ok {
+		pod, mirrorPod, state := kl.critletRefusedPod(at.UID)
+		switch state {
+		case critletRetryGone:
 			q.Forget(at.UID)
 			logger.V(2).Info("Refused static pod forgotten: its manifest is gone or it is no longer refused", "podUID", at.UID)
+			continue
+		case critletRetryLater:
+			logger.V(4).Info("Refused static pod waits for containers of the same UID to stop", "pod", klog.KObj(pod), "podUID", pod.UID)
 			continue
 		}
 		start := kl.clock.Now()
@@ -118,19 +122,40 @@ func (kl *Kubelet) critletRetryRefusedAdmissions(ctx context.Context) {
 	}
 }
 
-// critletStillRefused returns the static pod uid and its mirror pod while
-// the pod is still one admission refused: in the pod manager (its manifest
-// is there), unknown to the pod workers and Failed in the status manager.
-func (kl *Kubelet) critletStillRefused(uid types.UID) (*v1.Pod, *v1.Pod, bool) {
+type critletRetryState int
+
+const (
+	critletRetryNow critletRetryState = iota
+	// critletRetryLater: containers a previous kubelet ran under the same
+	// UID are being stopped (housekeeping stops a refused pod's leftovers);
+	// admitting before they are gone would start the pod beside them.
+	critletRetryLater
+	// critletRetryGone: the manifest is gone (or changed, giving a new UID),
+	// or the pod is no longer refused.
+	critletRetryGone
+)
+
+// critletRefusedPod returns the static pod uid, its mirror pod, and whether
+// it may be tried now. Once leftovers of the same UID have stopped, the pod
+// workers hold it as terminated: admitted, the create update asks them to
+// restart it, and housekeeping starts it, as for any static pod whose UID
+// comes back.
+func (kl *Kubelet) critletRefusedPod(uid types.UID) (*v1.Pod, *v1.Pod, critletRetryState) {
 	pod, ok := kl.podManager.GetPodByUID(uid)
-	if !ok || !kubetypes.IsStaticPod(pod) || kl.podWorkers.IsPodKnownTerminated(uid) || kl.podWorkers.IsPodTerminationRequested(uid) {
-		return nil, nil, false
+	if !ok || !kubetypes.IsStaticPod(pod) {
+		return nil, nil, critletRetryGone
 	}
 	if status, ok := kl.statusManager.GetPodStatus(uid); !ok || status.Phase != v1.PodFailed {
-		return nil, nil, false
+		return nil, nil, critletRetryGone
+	}
+	if kl.podWorkers.IsPodTerminationRequested(uid) && !kl.podWorkers.IsPodKnownTerminated(uid) {
+		return pod, nil, critletRetryLater
 	}
 	pod, mirrorPod, _ := kl.podManager.GetPodAndMirrorPod(pod)
-	return pod, mirrorPod, pod != nil
+	if pod == nil {
+		return nil, nil, critletRetryGone
+	}
+	return pod, mirrorPod, critletRetryNow
 }
 
 func critletUIDs(pods []*v1.Pod) []types.UID {

@@ -118,6 +118,9 @@ type scenarioOptions struct {
 	// critletOnly replaces the default kubelets with these critlet kubelets
 	// (run when critlet is selected).
 	critletOnly []kubeletUnderTest
+	// kubeletFlags are upstream kubelet flags the scenario needs on every
+	// kubelet it runs.
+	kubeletFlags []string
 }
 
 // runScenario runs fn once per kubelet, each time on a fresh node.
@@ -146,7 +149,7 @@ func runScenario(t *testing.T, name string, opts scenarioOptions, fn func(e *env
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			e := &env{t: t, ctx: ctx, c: suite.Client(), node: suite.Config().NodeName, kubelet: k, row: row, maxPods: opts.maxPods,
-				flags: append(slices.Clip(k.flags), strings.Fields(*extra)...)}
+				flags: append(append(slices.Clip(k.flags), opts.kubeletFlags...), strings.Fields(*extra)...)}
 			e.freshNode()
 			defer e.dumpOnFailure()
 			fn(e)
@@ -224,7 +227,8 @@ type podSpec struct {
 	command          []string
 	gracePeriod      *int64
 	runtimeClass     string
-	hostDir          string // a host directory mounted at /witness (witness_test.go)
+	hostDir          string           // a host directory mounted at /witness (witness_test.go)
+	restartPolicy    v1.RestartPolicy // Never when empty
 }
 
 func (s podSpec) pod(node string) *v1.Pod {
@@ -236,12 +240,16 @@ func (s podSpec) pod(node string) *v1.Pod {
 	if cmd == nil {
 		cmd = []string{"/pause"}
 	}
+	restart := s.restartPolicy
+	if restart == "" {
+		restart = v1.RestartPolicyNever
+	}
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns, Annotations: s.annotations},
 		Spec: v1.PodSpec{
 			NodeName:                      node,
 			AutomountServiceAccountToken:  ptr.To(false),
-			RestartPolicy:                 v1.RestartPolicyNever,
+			RestartPolicy:                 restart,
 			PriorityClassName:             s.priorityClass,
 			Priority:                      s.priority,
 			TerminationGracePeriodSeconds: s.gracePeriod,

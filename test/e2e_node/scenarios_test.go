@@ -124,23 +124,8 @@ func TestPriorityThroughAPIServer(t *testing.T) {
 func TestStaticCriticalPod(t *testing.T) {
 	runScenario(t, "3 static critical pod", scenarioOptions{}, func(e *env) {
 		be, bu, gu := e.upstreamFillers(false)
-		s := critical("static-critical", e.allocatable())
-		s.annotations = nil // the file source sets its own
-		s.priority = ptr.To(int32(2_000_001_000))
-		manifest := s.pod("")
-		manifest.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
-		manifest.Spec.NodeName = ""
-		b, err := yaml.Marshal(manifest)
-		if err != nil {
-			e.t.Fatal(err)
-		}
 		start := time.Now()
-		path := filepath.Join(suite.Config().ManifestDir(), "static-critical.yaml")
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			e.t.Fatal(err)
-		}
-		// The kubelet mirrors a static pod into the API as <name>-<node>.
-		mirror := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "static-critical-" + e.node, Namespace: metav1.NamespaceSystem}}
+		mirror := e.writeStatic(staticCritical("static-critical", e.allocatable()))
 		e.waitPhase(mirror, 3*time.Minute, v1.PodRunning)
 		e.row.latency = time.Since(start)
 		e.row.notes = append(e.row.notes, "latency from manifest write to mirror pod Running")
@@ -149,6 +134,43 @@ func TestStaticCriticalPod(t *testing.T) {
 		e.expectPreempted(gu, exitsOnTerm)
 		e.expectVictims(bu.Name, gu.Name)
 	})
+}
+
+// staticCritical is a static pod needing req; a static pod is critical
+// whatever its priority, and the priority given here is what the API
+// server's Priority admission would resolve for system-node-critical.
+func staticCritical(name string, req v1.ResourceList) podSpec {
+	s := critical(name, req)
+	s.annotations = nil // the source sets its own
+	s.priority = ptr.To(int32(2_000_001_000))
+	return s
+}
+
+// staticManifest renders s as a static pod manifest.
+func (e *env) staticManifest(s podSpec) []byte {
+	e.t.Helper()
+	manifest := s.pod("")
+	manifest.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	b, err := yaml.Marshal(manifest)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+// writeStatic writes s into the kubelet's manifest directory and returns a
+// reference to its mirror pod, which the kubelet names <name>-<node>.
+func (e *env) writeStatic(s podSpec) *v1.Pod {
+	e.t.Helper()
+	path := filepath.Join(suite.Config().ManifestDir(), s.name+".yaml")
+	if err := os.WriteFile(path, e.staticManifest(s), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	return e.mirrorOf(s)
+}
+
+func (e *env) mirrorOf(s podSpec) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: s.name + "-" + e.node, Namespace: metav1.NamespaceSystem}}
 }
 
 // A pod that is not critical and does not fit is rejected for the resource
