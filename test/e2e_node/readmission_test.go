@@ -48,7 +48,9 @@ var healBound = readmission.DefaultBackoff.First + housekeepingPeriod + podStart
 // preemption can make room for.
 const refusedReason = "UnexpectedAdmissionError"
 
-func readmits(k kubeletUnderTest) bool { return slices.Contains(k.flags, "--critical-static-pod-readmission") }
+func readmits(k kubeletUnderTest) bool {
+	return slices.Contains(k.flags, "--critical-static-pod-readmission")
+}
 
 // runName makes a name no earlier run of the suite used, so that events
 // found by name belong to this run.
