@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/critlet/critlet/internal/atomicfile"
 	"github.com/critlet/critlet/pkg/patched"
@@ -57,79 +56,62 @@ func Build(upstreamDir, repoDir, genDir string, patches []patched.Patch) (*Plan,
 		return nil, fmt.Errorf("resolving generation directory: %w", err)
 	}
 	plan := &Plan{Overlay: File{Replace: map[string]string{}}, Generated: map[string][]byte{}}
-	hooksByFile := map[string][]patched.Hook{}
-	var files []string
 	for _, p := range patches {
-		upPkg := filepath.Join(upstreamDir, filepath.FromSlash(p.Package))
-		repoPkg := filepath.Join(repoDir, filepath.FromSlash(p.Package))
-		var pkgName string
-		if p.Replaces {
-			pkgName, err = replacePackage(plan, upPkg, repoPkg)
-		} else {
-			pkgName, err = extendPackage(plan, upPkg, repoPkg)
-		}
-		if err != nil {
+		if err := planPatch(plan, upstreamDir, repoDir, genDir, p); err != nil {
 			return nil, fmt.Errorf("patch %s: %w", p.Name, err)
 		}
-		reg := filepath.Join(upPkg, registrationFile(p))
-		if _, taken := plan.Overlay.Replace[reg]; taken {
-			return nil, fmt.Errorf("patch %s: the project has a file named %s, which the build generates", p.Name, filepath.Base(reg))
-		}
-		gen := filepath.Join(genDir, filepath.FromSlash(p.Package), registrationFile(p))
-		plan.Overlay.Replace[reg] = gen
-		plan.Generated[gen] = registrationSource(pkgName, p)
-		for _, h := range p.Hooks {
-			if len(hooksByFile[h.File]) == 0 {
-				files = append(files, h.File)
-			}
-			hooksByFile[h.File] = append(hooksByFile[h.File], h)
-		}
 	}
-	owner := map[string]string{}
-	byName := map[string]patched.Patch{}
-	for _, p := range patches {
-		byName[p.Name] = p
-		for _, h := range p.Hooks {
-			owner[h.ID()+"\x00"+h.Line] = p.Name
-		}
+	return plan, nil
+}
+
+// planPatch adds p to plan: its package's files, its registration and its
+// hooked files. A hooked file lies in p's package and one patch changes a
+// package (patched.Validate), so every hook of a file is p's.
+func planPatch(plan *Plan, upstreamDir, repoDir, genDir string, p patched.Patch) error {
+	upPkg := filepath.Join(upstreamDir, filepath.FromSlash(p.Package))
+	repoPkg := filepath.Join(repoDir, filepath.FromSlash(p.Package))
+	var pkgName string
+	var err error
+	if p.Replaces {
+		pkgName, err = replacePackage(plan, upPkg, repoPkg)
+	} else {
+		pkgName, err = extendPackage(plan, upPkg, repoPkg)
 	}
-	sort.Strings(files)
-	for _, f := range files {
+	if err != nil {
+		return err
+	}
+	reg := filepath.Join(upPkg, registrationFile(p))
+	if _, taken := plan.Overlay.Replace[reg]; taken {
+		return fmt.Errorf("the project has a file named %s, which the build generates", filepath.Base(reg))
+	}
+	gen := filepath.Join(genDir, filepath.FromSlash(p.Package), registrationFile(p))
+	plan.Overlay.Replace[reg] = gen
+	plan.Generated[gen] = registrationSource(pkgName, p)
+
+	byFile := map[string][]patched.Hook{}
+	for _, h := range p.Hooks {
+		byFile[h.File] = append(byFile[h.File], h)
+	}
+	for f, hooks := range byFile {
 		up := filepath.Join(upstreamDir, filepath.FromSlash(f))
 		src, err := os.ReadFile(up)
 		if err != nil {
-			h := hooksByFile[f][0]
-			return nil, fmt.Errorf("patch %s: hooked file %s: %w", owner[h.ID()+"\x00"+h.Line], f, err)
+			return fmt.Errorf("hooked file %s: %w", f, err)
 		}
-		out, err := ApplyHooks(f, src, hooksByFile[f])
+		out, err := ApplyHooks(f, src, hooks)
 		if err != nil {
-			var he *HookError
-			if errors.As(err, &he) {
-				return nil, fmt.Errorf("patch %s: %w", owner[he.Hook.ID()+"\x00"+he.Hook.Line], err)
-			}
-			return nil, err
+			return err
 		}
-		// Each patch's hooks in the file register themselves from the file.
-		var names []string
-		perPatch := map[string][]patched.Hook{}
-		for _, h := range hooksByFile[f] {
-			name := owner[h.ID()+"\x00"+h.Line]
-			if len(perPatch[name]) == 0 {
-				names = append(names, name)
-			}
-			perPatch[name] = append(perPatch[name], h)
-		}
+		// The hooks register themselves from the file they are in.
 		if !bytes.HasSuffix(out, []byte("\n")) {
 			out = append(out, '\n')
 		}
-		for _, name := range names {
-			out = append(out, hookInit(byName[name], perPatch[name])...)
-		}
+		out = append(out, hookInit(p, hooks)...)
 		gen := filepath.Join(genDir, filepath.FromSlash(f))
 		plan.Overlay.Replace[up] = gen
 		plan.Generated[gen] = out
 	}
-	return plan, nil
+	return nil
 }
 
 // JSON returns the overlay as go build -overlay expects it, with keys sorted

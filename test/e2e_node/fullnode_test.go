@@ -149,18 +149,7 @@ func (e *env) admitOnFullNode(fillers []*v1.Pod, before []string, crit podSpec) 
 	for _, p := range fillers {
 		byName[p.Name] = p
 	}
-	keys := func(names []string) []string {
-		var out []string
-		for _, n := range names {
-			if p, ok := byName[n]; ok {
-				out = append(out, upstreamKey(critPod, p))
-			} else {
-				out = append(out, "not a filler: "+n)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	keys := func(names []string) []string { return alikeKeys(critPod, fillers, names) }
 	e.note("%s: victims alike to upstream's: %s", crit.name, strings.Join(keys(got), "; "))
 	if g, w := keys(got), keys(want); !slices.Equal(g, w) {
 		e.t.Errorf("%s: the kubelet preempted %d pods %v\n  alike: %v\nupstream's handler picks %d %v\n  alike: %v", crit.name, len(got), got, g, len(want), want, w)
@@ -281,6 +270,23 @@ func stockVictims(node *v1.Node, pods []*v1.Pod, crit *v1.Pod) ([]string, string
 // upstreamKey is what upstream's handler reads of a pod when crit needs
 // room: whether crit may preempt it (priority counts only there), its QoS
 // class and its requests. Pods with equal keys may stand in for each other.
+// alikeKeys returns the upstreamKey of each pod of names among pods,
+// sorted, so that two victim lists compare equal when their pods are alike;
+// a name not among pods stands as itself.
+func alikeKeys(crit *v1.Pod, pods []*v1.Pod, names []string) []string {
+	var out []string
+	for _, n := range names {
+		i := slices.IndexFunc(pods, func(p *v1.Pod) bool { return p.Name == n })
+		if i < 0 {
+			out = append(out, "not a candidate: "+n)
+			continue
+		}
+		out = append(out, upstreamKey(crit, pods[i]))
+	}
+	slices.Sort(out)
+	return out
+}
+
 func upstreamKey(crit, p *v1.Pod) string {
 	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	return fmt.Sprintf("%s cpu %dm memory %dMi preemptable %t", v1qos.GetPodQOS(p), req.Cpu().MilliValue(), req.Memory().Value()>>20, kubetypes.Preemptable(crit, p))

@@ -95,21 +95,6 @@ func (e *env) waitRefused(mirror *v1.Pod, n int, timeout time.Duration) string {
 	return msg
 }
 
-// waitMirrorRunning waits until the mirror pod is Running, whatever phase
-// it passes through, and returns it.
-func (e *env) waitMirrorRunning(mirror *v1.Pod, timeout time.Duration) (*v1.Pod, error) {
-	var last *v1.Pod
-	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		cur, err := e.get(mirror)
-		if err != nil {
-			return false, nil
-		}
-		last = cur
-		return cur.Status.Phase == v1.PodRunning, nil
-	})
-	return last, err
-}
-
 // expectHealedOrNot checks what happens within healBound of a pod leaving
 // at gone: with re-admission the static pod's mirror pod is Running,
 // reached through one Readmitted event and counted by the metric; without
@@ -138,7 +123,7 @@ func (e *env) expectHealedOrNot(mirror *v1.Pod, gone time.Time, refusals int) *v
 		}
 		return cur
 	}
-	cur, err := e.waitMirrorRunning(mirror, healBound)
+	cur, err := e.waitMirrorPhase(mirror, v1.PodRunning, healBound)
 	if err != nil {
 		phase := "absent"
 		if cur != nil {
@@ -290,7 +275,7 @@ func TestStaticPodRefusedAtKubeletStart(t *testing.T) {
 		s := controlPlaneStatic(runName("http-static"), resources("10m", "10Mi"))
 		ms.set(e.staticManifest(s), 0)
 		defer ms.set(nil, 0)
-		mirror, err := e.waitMirrorRunning(e.mirrorOf(s), 2*time.Minute)
+		mirror, err := e.waitMirrorPhase(e.mirrorOf(s), v1.PodRunning, 2*time.Minute)
 		if err != nil {
 			e.t.Fatalf("static pod from %s not Running: %v", ms.url, err)
 		}
@@ -333,7 +318,9 @@ func TestStaticPodRefusedAtKubeletStart(t *testing.T) {
 	})
 }
 
-// waitMirrorPhase waits until the mirror pod is in phase.
+// waitMirrorPhase waits until the mirror pod is in phase, whatever phases
+// it passes through (waitPhase stops at a terminal one), and returns it as
+// last seen.
 func (e *env) waitMirrorPhase(mirror *v1.Pod, phase v1.PodPhase, timeout time.Duration) (*v1.Pod, error) {
 	var last *v1.Pod
 	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
@@ -396,22 +383,7 @@ func TestReadmittedStaticPodPreempts(t *testing.T) {
 		}
 		got := e.waitVictims("low-", len(want), time.Second)
 		e.row.victims = got
-		byName := map[string]*v1.Pod{}
-		for _, p := range low {
-			byName[p.Name] = p
-		}
-		keys := func(names []string) []string {
-			var out []string
-			for _, n := range names {
-				if p, ok := byName[n]; ok {
-					out = append(out, upstreamKey(crit, p))
-				} else {
-					out = append(out, "not a later pod: "+n)
-				}
-			}
-			slices.Sort(out)
-			return out
-		}
+		keys := func(names []string) []string { return alikeKeys(crit, low, names) }
 		if g, w := keys(got), keys(want); !slices.Equal(g, w) {
 			e.t.Errorf("preempted %v (%v), upstream's handler picks %v (%v)", got, g, want, w)
 		}
