@@ -15,6 +15,40 @@ import (
 // make a record huge; a longer listing is recorded as cut.
 const maxListed = 5000
 
+// NodePaths are the host paths a node may touch: the mount points its
+// namespace covers, where a kubelet would put pod logs and CNI state, the
+// owner file, and where a kubelet, kube-apiserver or kubeadm left to their
+// defaults write (volume plugins, the API server's certificates, kubeadm's
+// configuration). Only the host lock stays after a node, by design.
+var NodePaths = []string{"/run/containerd", "/run/netns", "/var/lib/cni", "/var/lib/kubelet",
+	"/var/log/pods", "/var/log/containers", "/etc/cni", "/run/critlet-local-node.owner",
+	"/usr/libexec/kubernetes", "/run/kubernetes", "/etc/kubernetes", "/var/lib/etcd"}
+
+// AddEntries records the entries of dir itself (names, each with its
+// type), not below them: what a node run must leave as it found it in a
+// directory too big to walk, such as /, where a process started in the
+// wrong working directory would leave its files.
+func (s State) AddEntries(dir string) {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		s["entries "+dir] = "absent"
+		return
+	case err != nil:
+		s["entries "+dir] = "unreadable: " + err.Error()
+		return
+	}
+	var names []string
+	for _, e := range entries {
+		if len(names) >= maxListed {
+			names = append(names, "… cut")
+			break
+		}
+		names = append(names, e.Name()+" "+e.Type().String())
+	}
+	s["entries "+dir] = strings.Join(names, "\n")
+}
+
 // AddFiles records the paths below each of dirs (relative, sorted, each
 // with its type), and whether the directory exists: what a node run must
 // leave as it found it in the host directories it touches. skip names

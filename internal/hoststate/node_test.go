@@ -32,6 +32,40 @@ func TestAddFilesSeesChanges(t *testing.T) {
 	}
 }
 
+func TestAddEntriesListsOneLevel(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	if err := os.MkdirAll(filepath.Join(dir, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := State{}
+	before.AddEntries(dir)
+	before.AddEntries(missing)
+	if before["entries "+missing] != "absent" {
+		t.Errorf("a missing directory is recorded as %q", before["entries "+missing])
+	}
+	// Below an entry is not recorded; a new entry is.
+	if err := os.WriteFile(filepath.Join(dir, "a", "deep"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	same := State{}
+	same.AddEntries(dir)
+	same.AddEntries(missing)
+	if d := Diff(before, same); len(d) > 0 {
+		t.Errorf("a file below an entry changed the record: %q", d)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kubeconfig"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	after := State{}
+	after.AddEntries(dir)
+	after.AddEntries(missing)
+	d := Diff(before, after)
+	if len(d) != 1 || !strings.Contains(d[0], "kubeconfig -") || !strings.Contains(d[0], "a d") {
+		t.Errorf("diff %q: want the new kubeconfig beside the directory a", d)
+	}
+}
+
 func TestAddProcessesFindsByCommandLine(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "state dir")
 	// argv[0] carries the mark into the command line.

@@ -200,7 +200,7 @@ func (n *Node) renderContainerdConfig() string {
 	}
 	return expand(containerdConfig, map[string]string{
 		"root": filepath.Join(dir, "root"), "state": filepath.Join(dir, "state"), "socket": n.l.criSocket(),
-		"pause": PauseImage, "cnibin": cniBinDir, "cniconf": n.l.cniConfDir(), "handlers": handlers.String(),
+		"pause": n.cfg.SandboxImage, "cnibin": cniBinDir, "cniconf": n.l.cniConfDir(), "handlers": handlers.String(),
 	})
 }
 

@@ -15,13 +15,14 @@ import (
 
 // Command returns a command that runs inside the node's namespaces: its
 // mount namespace and, for a RuntimeOnly node, its network. Processes
-// started so are the node's: Down kills any that are left.
+// started so are the node's: Down kills any that are left. The command
+// keeps the working directory the caller sets (cmd.Dir).
 func (n *Node) Command(ctx context.Context, path string, args ...string) (*exec.Cmd, error) {
 	holder, err := n.namespaceHolder()
 	if err != nil {
 		return nil, err
 	}
-	enter := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID)}
+	enter := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), wdFlag}
 	if n.cfg.RuntimeOnly {
 		enter = append(enter, fmt.Sprintf("--net=/proc/%d/ns/net", holder.PID))
 	}
@@ -33,6 +34,12 @@ func (n *Node) Command(ctx context.Context, path string, args ...string) (*exec.
 	cmd.WaitDelay = 10 * time.Second
 	return cmd, nil
 }
+
+// wdFlag keeps nsenter's working directory: joining a mount namespace
+// otherwise moves it to that namespace's root, where cwd-relative files
+// would land on the host's /. nsenter opens the directory before it
+// enters and changes to it after, so that it need not exist inside.
+const wdFlag = "--wd=."
 
 // errHostNamespace marks a process taken for the node's namespace holder
 // that is in the host's mount namespace.

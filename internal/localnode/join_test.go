@@ -151,3 +151,41 @@ func TestHolderInItsOwnNamespace(t *testing.T) {
 		t.Errorf("joinedProcesses = %v, %v; want none and no error", pids, err)
 	}
 }
+
+// A command in the node's namespace runs in the directory its caller set:
+// joining a mount namespace would otherwise move it to /, the host's, where
+// its cwd-relative files would land.
+func TestCommandKeepsWorkingDirectory(t *testing.T) {
+	for _, tool := range []string{"unshare", "nsenter"} {
+		_, err := exec.LookPath(tool)
+		testenv.Need(t, tool+" (util-linux)", err)
+	}
+	n := testNode(t)
+	holder := startHolder(t, n, "unshare", "--mount", "--propagation", "private", "--", "/bin/sleep", "60")
+	// unshare execs sleep once in the new namespace.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		host, err := inHostMountNamespace(holder.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !host {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unshare never left the host's mount namespace")
+		}
+	}
+	dir := t.TempDir()
+	cmd, err := n.Command(context.Background(), "/bin/pwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pwd in the node's namespace: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != dir {
+		t.Errorf("working directory in the node's namespace: %q, want the caller's %q", got, dir)
+	}
+}

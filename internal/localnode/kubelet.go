@@ -92,7 +92,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
-	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), "--", n.cfg.Kubelet,
+	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), wdFlag, "--", n.cfg.Kubelet,
 		"--config=" + confPath,
 		"--kubeconfig=" + n.pki.KubeletKubeconfig,
 		"--hostname-override=" + n.cfg.NodeName,
@@ -107,7 +107,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		Args: args,
 		Env:  n.cfg.KubeletEnv,
 		// The kubelet's log cleanup can glob relative paths: give it an empty
-		// working directory of its own.
+		// working directory of its own (wdFlag keeps it through nsenter).
 		Dir: n.l.path("kubelet", "work"),
 	})
 	if err != nil {

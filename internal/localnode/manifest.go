@@ -58,6 +58,7 @@ func (l layout) recordStateEntries() error {
 type manifest struct {
 	state    []string // names in the state directory
 	hostDirs []string // host directories, in creation order
+	private  []string // the node's PrivateDirs, recorded before their mount points
 }
 
 func (l layout) readManifest() (manifest, error) {
@@ -76,7 +77,9 @@ func (l layout) readManifest() (manifest, error) {
 		switch {
 		case kind == "state" && slices.Contains(stateEntries, value):
 			m.state = append(m.state, value)
-		case kind == "hostdir" && mayCreateOnHost(value):
+		case kind == "private" && mayCoverOnHost(value):
+			m.private = append(m.private, value)
+		case kind == "hostdir" && mayCreateOnHost(value, m.private):
 			m.hostDirs = append(m.hostDirs, value)
 		default:
 			return m, fmt.Errorf("%s line %d: %q is not an entry a node records: nothing removed", l.path(manifestFile), line, sc.Text())
@@ -88,19 +91,25 @@ func (l layout) readManifest() (manifest, error) {
 	return m, nil
 }
 
-// mayCreateOnHost reports whether dir is one of mountPoints or a parent of
-// one, and no system directory.
-func mayCreateOnHost(dir string) bool {
-	if dir != filepath.Clean(dir) || !filepath.IsAbs(dir) || slices.Contains(systemDirs, dir) {
+// mayCreateOnHost reports whether dir is one of mountPoints or private (the
+// node's PrivateDirs) or a parent of one, and no system directory.
+func mayCreateOnHost(dir string, private []string) bool {
+	if !mayCoverOnHost(dir) {
 		return false
 	}
-	return slices.ContainsFunc(mountPoints, func(mp string) bool { return mp == dir || strings.HasPrefix(mp, dir+"/") })
+	return slices.ContainsFunc(append(slices.Clip(mountPoints), private...), func(mp string) bool { return mp == dir || strings.HasPrefix(mp, dir+"/") })
+}
+
+// mayCoverOnHost reports whether dir is a clean absolute path and no system
+// directory: one the node may mount over.
+func mayCoverOnHost(dir string) bool {
+	return dir == filepath.Clean(dir) && filepath.IsAbs(dir) && !slices.Contains(systemDirs, dir)
 }
 
 // hostDir makes a mount point on the host, recording each directory it
 // creates, so that Down removes exactly those again.
 func (n *Node) hostDir(dir string) error {
-	if !mayCreateOnHost(dir) {
+	if !mayCreateOnHost(dir, n.cfg.PrivateDirs) {
 		return fmt.Errorf("mount point %s: not a path the node mounts over", dir)
 	}
 	var created []string

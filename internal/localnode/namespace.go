@@ -48,7 +48,19 @@ func (n *Node) namespaceScript() ([]string, error) {
 	if err := n.l.mkdirAll(n.l.devicePluginDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("node namespace: %w", err)
 	}
-	for _, m := range []struct{ src, dst string }{{n.l.mount("var-log"), "/var/log"}, {n.l.kubeletRootMount(), "/var/lib/kubelet"}} {
+	binds := []struct{ src, dst string }{{n.l.mount("var-log"), "/var/log"}, {n.l.kubeletRootMount(), "/var/lib/kubelet"}}
+	// Recorded first: Down, reading the record, accepts the mount points
+	// made for them.
+	if err := n.l.record("private", n.cfg.PrivateDirs...); err != nil {
+		return nil, err
+	}
+	for _, d := range n.cfg.PrivateDirs {
+		if err := n.hostDir(d); err != nil {
+			return nil, err
+		}
+		binds = append(binds, struct{ src, dst string }{n.l.privateDir(d), d})
+	}
+	for _, m := range binds {
 		if err := n.l.mkdirAll(m.src, 0o755); err != nil {
 			return nil, fmt.Errorf("node namespace: %w", err)
 		}

@@ -10,6 +10,7 @@ package localnode
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -65,6 +66,16 @@ type Config struct {
 	// processes must not find: each is covered by an empty, non-executable
 	// file in the node's mount namespace.
 	HiddenCommands []string
+	// PrivateDirs are host directories the node's processes see as the
+	// node's own, empty at first: in the node's mount namespace each is a
+	// directory under the state directory (PrivateDir), its mount point made
+	// on the host, and recorded, when missing. kubeadm writes and reads
+	// /etc/kubernetes and /var/lib/etcd so, with the host's untouched.
+	PrivateDirs []string
+	// SandboxImage is the image containerd starts pod sandboxes from; empty
+	// means PauseImage, which the node imports itself. Another must be
+	// imported (ImportImages) before the first pod.
+	SandboxImage string
 	// Log receives the node's progress; the zero value logs through klog.
 	Log logr.Logger
 }
@@ -119,6 +130,12 @@ func (l layout) kubeletRoot() string        { return l.path("kubelet", "root") }
 // namespace; it outlives kubelet restarts, since the mount refers to it.
 func (l layout) mount(name string) string { return l.path("mounts", name) }
 
+// privateDir is the node's directory that is host directory dir inside the
+// node's mount namespace.
+func (l layout) privateDir(dir string) string {
+	return l.mount("private" + strings.ReplaceAll(dir, "/", "-"))
+}
+
 func (l layout) manifestDir() string      { return l.path("kubelet", "manifests") }
 func (l layout) kubeletRootMount() string { return l.mount("var-lib-kubelet") }
 func (l layout) devicePluginDir() string {
@@ -127,6 +144,10 @@ func (l layout) devicePluginDir() string {
 
 // ManifestDir is the kubelet's static pod directory.
 func (c Config) ManifestDir() string { return layout{c.StateDir}.manifestDir() }
+
+// PrivateDir is the host directory that is dir, one of PrivateDirs, inside
+// the node's mount namespace.
+func (c Config) PrivateDir(dir string) string { return layout{c.StateDir}.privateDir(dir) }
 
 // KubeletRootMount is the host directory that is /var/lib/kubelet inside
 // the node's namespace.
@@ -161,6 +182,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NodeName == "" {
 		c.NodeName = "critlet-node"
+	}
+	for _, d := range c.PrivateDirs {
+		if !mayCoverOnHost(d) {
+			return c, fmt.Errorf("private directory %q: want a clean absolute path that is no system directory", d)
+		}
+	}
+	if c.SandboxImage == "" {
+		c.SandboxImage = PauseImage
 	}
 	if c.Ports == (Ports{}) {
 		c.Ports = DefaultPorts

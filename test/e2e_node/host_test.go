@@ -16,12 +16,6 @@ import (
 	"github.com/critlet/critlet/internal/localnode"
 )
 
-// nodeHostPaths are the host paths a node may touch: the mount points its
-// namespace covers, where a kubelet would put pod logs and CNI state, and
-// the owner file. Only the host lock stays after a node, by design.
-var nodeHostPaths = []string{"/run/containerd", "/run/netns", "/var/lib/cni", "/var/lib/kubelet",
-	"/var/log/pods", "/var/log/containers", "/etc/cni", "/run/critlet-local-node.owner"}
-
 // captureHost records what a node run must leave as it found it: sysctls,
 // mounts, cgroups, network devices, firewall rules, the files under the
 // paths a node touches, and processes in the node's cgroups or naming one
@@ -31,7 +25,7 @@ func captureHost(stateDirs ...string) (hoststate.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.AddFiles(nodeHostPaths)
+	s.AddFiles(hoststate.NodePaths)
 	if err := s.AddProcesses(":"+localnode.CgroupRoot, stateDirs...); err != nil {
 		return nil, err
 	}

@@ -359,7 +359,7 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 		}
 		r.selected = r.only
 	}
-	before, err := hoststate.Capture()
+	before, err := captureHost()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("recording the host: %w", err)
 	}
@@ -368,6 +368,10 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 		BinDir:      r.bin,
 		NodeName:    nodeName,
 		RuntimeOnly: true,
+		// The suite's kube-apiserver writes its serving certificate to its
+		// default directory, /var/run/kubernetes (/var/run links to /run),
+		// and the suite has no flag to move it.
+		PrivateDirs: []string{"/run/kubernetes"},
 	}
 	// With systemd-run on PATH the suite would run its kubelet as a
 	// transient systemd unit; systemd is not this machine's init.
@@ -377,7 +381,7 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 	start := time.Now()
 	res, rc, notes, runErr := r.onNode(ctx, cfg, kubelets, runs)
 	downErr := localnode.Down(cfg)
-	after, err := hoststate.Capture()
+	after, err := captureHost()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("recording the host afterwards: %w", err)
 	}
@@ -387,11 +391,25 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 	if diff := hoststate.Diff(before, after); len(diff) > 0 {
 		return nil, nil, nil, fmt.Errorf("the host changed during the run:\n  %s", strings.Join(diff, "\n  "))
 	}
-	notes = append(notes, fmt.Sprintf("%d run(s) per kubelet in %s; the host's sysctls, mounts, cgroups, network devices and iptables rules were the same before and after.", runs, time.Since(start).Round(time.Second)))
+	notes = append(notes, fmt.Sprintf("%d run(s) per kubelet in %s; the host's sysctls, mounts, cgroups, network devices, iptables rules, the files under the paths a node touches and the entries of / were the same before and after.", runs, time.Since(start).Round(time.Second)))
 	return res, rc, notes, nil
 }
 
 const nodeName = "critlet-e2e-node"
+
+// captureHost records what the run must leave as it found it: besides
+// Capture's items, the files under the paths a node touches, and the
+// entries of /, where the suite's cwd-relative files (kubeconfig,
+// kubelet-config, logs) would land if it ran outside its directory.
+func captureHost() (hoststate.State, error) {
+	s, err := hoststate.Capture()
+	if err != nil {
+		return nil, err
+	}
+	s.AddFiles(hoststate.NodePaths)
+	s.AddEntries("/")
+	return s, nil
+}
 
 func (r *runner) onNode(ctx context.Context, cfg localnode.Config, kubelets []kubelet, runs int) (map[string]Runs, *Recheck, []string, error) {
 	n, err := localnode.UpRuntime(ctx, cfg)

@@ -52,6 +52,9 @@ func baseKubeletConfig() ([]byte, error) {
 		// Imported images cannot be pulled again: never collect them.
 		ImageGCHighThresholdPercent: ptr.To(int32(100)),
 		ImageGCLowThresholdPercent:  ptr.To(int32(99)),
+		// The default, /usr/libexec/kubernetes/kubelet-plugins/volume/exec,
+		// would be made on the host; /var/lib/kubelet is the node's own.
+		VolumePluginDir: "/var/lib/kubelet/volume-plugins",
 	}
 	b, err := yaml.Marshal(c)
 	if err != nil {
