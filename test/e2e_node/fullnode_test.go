@@ -3,7 +3,6 @@
 package e2enode
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -16,15 +15,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
 	resourcehelper "k8s.io/component-helpers/resource"
-	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
-	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
-	stock "k8s.io/kubernetes/pkg/kubelet/preemption"
-	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
-	"k8s.io/kubernetes/pkg/scheduler"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
+
+	"github.com/critlet/critlet/test/prediction"
 )
 
 // fullNodeSeeds draw scenario 19's nodes: a fixed seed, so that every run
@@ -129,7 +123,7 @@ func (e *env) admitOnFullNode(fillers []*v1.Pod, before []string, crit podSpec) 
 	}
 	critPod := crit.pod(e.node)
 	critPod.Spec.Priority = ptr.To(int32(2_000_001_000)) // as the Priority admission sets it
-	want, reasons, err := stockVictims(node, e.activePods(), critPod)
+	want, reasons, err := prediction.StockVictims(node, e.activePods(), critPod)
 	if err != nil {
 		e.t.Fatalf("%s: upstream's handler on the node's pods: %v", crit.name, err)
 	}
@@ -149,7 +143,7 @@ func (e *env) admitOnFullNode(fillers []*v1.Pod, before []string, crit podSpec) 
 	for _, p := range fillers {
 		byName[p.Name] = p
 	}
-	keys := func(names []string) []string { return alikeKeys(critPod, fillers, names) }
+	keys := func(names []string) []string { return prediction.AlikeKeys(critPod, fillers, names) }
 	e.note("%s: victims alike to upstream's: %s", crit.name, strings.Join(keys(got), "; "))
 	if g, w := keys(got), keys(want); !slices.Equal(g, w) {
 		e.t.Errorf("%s: the kubelet preempted %d pods %v\n  alike: %v\nupstream's handler picks %d %v\n  alike: %v", crit.name, len(got), got, g, len(want), want, w)
@@ -236,58 +230,4 @@ func shortOf(rng *rand.Rand, name string, alloc v1.ResourceList, pods []*v1.Pod,
 		v1.ResourceCPU:    *resource.NewMilliQuantity(cpuReq, resource.DecimalSI),
 		v1.ResourceMemory: *resource.NewQuantity(memReq, resource.BinarySI),
 	})
-}
-
-// stockVictims runs upstream's handler on pods for crit, with the failure
-// reasons upstream's admission check gives on node, and returns the pods
-// it would preempt and the reasons.
-func stockVictims(node *v1.Node, pods []*v1.Pod, crit *v1.Pod) ([]string, string, error) {
-	info := framework.NewNodeInfo(pods...)
-	info.SetNode(node)
-	var reasons []lifecycle.PredicateFailureReason
-	var described []string
-	for _, r := range scheduler.AdmissionCheck(crit, info, true) {
-		if r.InsufficientResource == nil {
-			return nil, "", fmt.Errorf("the critical pod fails %s (%s), not only for resources", r.Name, r.Reason)
-		}
-		ir := r.InsufficientResource
-		reasons = append(reasons, &lifecycle.InsufficientResourceError{ResourceName: ir.ResourceName, Requested: ir.Requested, Used: ir.Used, Capacity: ir.Capacity})
-		described = append(described, fmt.Sprintf("%s short by %d", ir.ResourceName, ir.Requested-(ir.Capacity-ir.Used)))
-	}
-	var victims []string
-	kill := func(p *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
-		victims = append(victims, p.Name)
-		return nil
-	}
-	h := stock.NewCriticalPodAdmissionHandler(func() []*v1.Pod { return pods }, kill, record.NewFakeRecorder(len(pods)+1))
-	rest, err := h.HandleAdmissionFailure(context.Background(), crit, reasons, lifecycle.AddOperation)
-	if err != nil || len(rest) > 0 {
-		return nil, "", fmt.Errorf("upstream's handler refused the critical pod: %v %v", rest, err)
-	}
-	return victims, strings.Join(described, ", "), nil
-}
-
-// upstreamKey is what upstream's handler reads of a pod when crit needs
-// room: whether crit may preempt it (priority counts only there), its QoS
-// class and its requests. Pods with equal keys may stand in for each other.
-// alikeKeys returns the upstreamKey of each pod of names among pods,
-// sorted, so that two victim lists compare equal when their pods are alike;
-// a name not among pods stands as itself.
-func alikeKeys(crit *v1.Pod, pods []*v1.Pod, names []string) []string {
-	var out []string
-	for _, n := range names {
-		i := slices.IndexFunc(pods, func(p *v1.Pod) bool { return p.Name == n })
-		if i < 0 {
-			out = append(out, "not a candidate: "+n)
-			continue
-		}
-		out = append(out, upstreamKey(crit, pods[i]))
-	}
-	slices.Sort(out)
-	return out
-}
-
-func upstreamKey(crit, p *v1.Pod) string {
-	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-	return fmt.Sprintf("%s cpu %dm memory %dMi preemptable %t", v1qos.GetPodQOS(p), req.Cpu().MilliValue(), req.Memory().Value()>>20, kubetypes.Preemptable(crit, p))
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/critlet/critlet/pkg/kubelet/readmission"
+	"github.com/critlet/critlet/test/prediction"
 )
 
 // Static-pod re-admission (scenarios 20-22): a static pod refused at
@@ -369,7 +370,7 @@ func TestReadmittedStaticPodPreempts(t *testing.T) {
 			e.t.Fatalf("getting the node: %v", err)
 		}
 		crit := s.pod(e.node)
-		want, reasons, err := stockVictims(node, e.activePods(), crit)
+		want, reasons, err := prediction.StockVictims(node, e.activePods(), crit)
 		if err != nil {
 			e.t.Fatalf("upstream's handler on the node's pods: %v", err)
 		}
@@ -387,7 +388,7 @@ func TestReadmittedStaticPodPreempts(t *testing.T) {
 		}
 		got := e.waitVictims("low-", len(want), time.Second)
 		e.row.victims = got
-		keys := func(names []string) []string { return alikeKeys(crit, low, names) }
+		keys := func(names []string) []string { return prediction.AlikeKeys(crit, low, names) }
 		if g, w := keys(got), keys(want); !slices.Equal(g, w) {
 			e.t.Errorf("preempted %v (%v), upstream's handler picks %v (%v)", got, g, want, w)
 		}
