@@ -4,7 +4,10 @@
 #   _output/bin/kube-apiserver   k8s.io/kubernetes/cmd/kube-apiserver (upstream, unchanged)
 #   _output/bin/etcd             go.etcd.io/etcd/server/v3 (the version the apiserver's client pins)
 #
-# Both are `tool` requirements of go.mod, so `go mod tidy` keeps their
+# and, when named (the kubeadm suite's), kube-controller-manager,
+# kube-scheduler and kubeadm from k8s.io/kubernetes/cmd, unchanged.
+#
+# All are `tool` requirements of go.mod, so `go mod tidy` keeps their
 # dependencies and they cannot drift from the kubelet's. They build from the
 # same generated modfile as the kubelets and so share their build cache.
 set -euo pipefail
@@ -33,10 +36,15 @@ mkdir -p _output/bin
 for target in "${targets[@]}"; do
   out=_output/bin/${target}
   case $target in
-    kube-apiserver)
-      pkg=${UPSTREAM_MODULE}/cmd/kube-apiserver
+    kube-apiserver | kube-controller-manager | kube-scheduler)
+      pkg=${UPSTREAM_MODULE}/cmd/${target}
       version::ldflags stock "$UPSTREAM_VERSION" "$(upstream::date)"
       want="Kubernetes ${STAMPED_VERSION}"
+      ;;
+    kubeadm)
+      pkg=${UPSTREAM_MODULE}/cmd/kubeadm
+      version::ldflags stock "$UPSTREAM_VERSION" "$(upstream::date)"
+      want="${STAMPED_VERSION}"
       ;;
     etcd)
       pkg=go.etcd.io/etcd/server/v3
@@ -45,7 +53,7 @@ for target in "${targets[@]}"; do
       LDFLAGS=
       want="etcd Version: ${etcd_version#v}"
       ;;
-    *) fail "unknown target '$target' (want kube-apiserver or etcd)" ;;
+    *) fail "unknown target '$target' (want kube-apiserver, etcd, kube-controller-manager, kube-scheduler or kubeadm)" ;;
   esac
   # go build says nothing until it is done; say what to expect.
   echo "building $out: a few minutes on two cores with a cold build cache (less after the kubelet, which shares most packages), seconds when nothing changed" >&2
@@ -53,7 +61,10 @@ for target in "${targets[@]}"; do
     -ldflags="$LDFLAGS" -o "$out" "$pkg" || fail "go build of $pkg failed"
   # A binary that does not report the pinned version is not the one the
   # local node was tested with.
-  if ! got=$("$out" --version 2>&1) || [[ $got != *"$want"* ]]; then
+  version_flag=--version
+  [[ $target == kubeadm ]] && version_flag="version -o short"
+  # shellcheck disable=SC2086 # version_flag is one or three words
+  if ! got=$("$out" $version_flag 2>&1) || [[ $got != *"$want"* ]]; then
     rm -f "$out"
     fail "$out --version printed '${got}', want '${want}'; binary removed"
   fi

@@ -1,0 +1,292 @@
+//go:build e2ekubeadm
+
+package e2ekubeadm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"text/template"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/critlet/critlet/internal/localnode"
+	"github.com/critlet/critlet/internal/localnode/oci"
+)
+
+// cgroupV2 is whether this machine mounts the unified hierarchy.
+var cgroupV2 = func() bool {
+	var st syscall.Statfs_t
+	return syscall.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == 0x63677270 // CGROUP2_SUPER_MAGIC
+}()
+
+// nodeName is the node kubeadm registers.
+const nodeName = "critlet-kubeadm"
+
+// privateDirs are the host directories kubeadm and its node write: the
+// node's own inside its mount namespace (beside /var/lib/kubelet and
+// /var/log, which every local node covers). /usr/libexec/kubernetes holds
+// the kubelet's and the controller manager's FlexVolume directory, which
+// both create.
+var privateDirs = []string{"/etc/kubernetes", "/var/lib/etcd", "/usr/libexec/kubernetes"}
+
+// ignoredPreflight are kubeadm's preflight errors this machine cannot
+// satisfy, each with why. Everything else kubeadm checks must pass.
+var ignoredPreflight = map[string]string{
+	// Checked below: once ignored, kubeadm prints the check's findings as
+	// warnings, and the only one allowed is cgroup v1's.
+	"SystemVerification": "this machine's kernel mounts cgroup v1, and kubeadm, for a kubelet that may run there (failCgroupV1: false), asks for this check to be skipped",
+}
+
+// cgroupV1Finding is SystemVerification's finding on a cgroup v1 machine.
+const cgroupV1Finding = "cgroups v1 support is deprecated"
+
+// kubeadmConfig is what `kubeadm init` is given: the node's address and
+// containerd, the images built here, no add-ons whose images are not built
+// here (CoreDNS, kube-proxy), and a kubelet on cgroupfs (systemd is not
+// PID 1 here) under the node's cgroup root, so that the node's teardown
+// knows its cgroups.
+const kubeadmConfig = `apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: {{.IP}}
+  bindPort: 6443
+nodeRegistration:
+  name: {{.Node}}
+  criSocket: {{.CRI}}
+  imagePullPolicy: Never
+  kubeletExtraArgs:
+  - name: node-ip
+    value: {{.IP}}
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: {{.Version}}
+imageRepository: {{.Repo}}
+dns:
+  disabled: true
+proxy:
+  disabled: true
+---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+cgroupRoot: {{.CgroupRoot}}
+failCgroupV1: {{.FailCgroupV1}}
+`
+
+// kubeadmNode is a local node that kubeadm bootstraps, with one installed
+// kubelet run as its unit would run it.
+type kubeadmNode struct {
+	t       *testing.T
+	ctx     context.Context
+	dir     string // this node's logs and files
+	node    *localnode.Node
+	k       installed
+	svc     *service
+	client  kubernetes.Interface
+	config  string // kubeadm's configuration file
+	version string
+	proxy   *exec.Cmd
+
+	downOnce sync.Once
+}
+
+// upNode starts a RuntimeOnly local node for kubeadm, with the control
+// plane's images imported, and the kubelet's unit supervised (it fails
+// until kubeadm writes its configuration, as on a fresh node).
+func upNode(t *testing.T, ctx context.Context, k installed, version string) *kubeadmNode {
+	t.Helper()
+	dir := filepath.Join(*stateDir, k.name)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := localnode.Config{
+		StateDir:     filepath.Join(*stateDir, "node"),
+		BinDir:       *binDir,
+		NodeName:     nodeName,
+		RuntimeOnly:  true,
+		PrivateDirs:  privateDirs,
+		SandboxImage: pauseRef,
+		// kubeadm must find no init system: the host's systemctl would
+		// restart the host's kubelet service, if it had one.
+		HiddenCommands: []string{"/usr/bin/systemctl", "/bin/systemctl"},
+	}
+	n, err := localnode.UpRuntime(ctx, cfg)
+	if err != nil {
+		t.Fatalf("starting the node: %v", err)
+	}
+	kn := &kubeadmNode{t: t, ctx: ctx, dir: dir, node: n, k: k, version: version}
+	t.Cleanup(kn.down)
+	images, err := controlPlaneImages(*binDir, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := n.ImportImages(ctx, images...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d control-plane images built and imported in %s", len(images), time.Since(start).Round(time.Millisecond))
+	kn.config = filepath.Join(dir, "kubeadm.yaml")
+	var b bytes.Buffer
+	if err := template.Must(template.New("").Parse(kubeadmConfig)).Execute(&b, map[string]string{
+		"IP": localnode.NodeIP, "Node": nodeName, "CRI": n.Config().CRIEndpoint(), "Version": version,
+		"Repo": imageRepository, "CgroupRoot": localnode.CgroupRoot, "FailCgroupV1": strconv.FormatBool(cgroupV2),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kn.config, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kn.checkImageList(images)
+	// kubeadm's installation prerequisite, done inside the node, where the
+	// host's setting is not reached.
+	kn.inNode("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
+	if err := k.linkNode(n.Config()); err != nil {
+		t.Fatal(err)
+	}
+	kn.svc, err = startService(n, k, filepath.Join(dir, "kubelet.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kn
+}
+
+// down stops the kubelet and removes the node; once, however often called.
+func (kn *kubeadmNode) down() {
+	kn.downOnce.Do(func() {
+		if kn.svc != nil {
+			kn.svc.stop()
+		}
+		if kn.proxy != nil {
+			_ = kn.proxy.Process.Kill()
+			_ = kn.proxy.Wait()
+		}
+		if err := localnode.Down(kn.node.Config()); err != nil {
+			kn.t.Errorf("removing the node: %v", err)
+		}
+	})
+}
+
+// kubeadm runs kubeadm inside the node, its output in the node's log
+// directory, and returns the output.
+func (kn *kubeadmNode) kubeadm(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(kn.ctx, timeout)
+	defer cancel()
+	cmd, err := kn.node.Command(ctx, filepath.Join(*binDir, "kubeadm"), args...)
+	if err != nil {
+		return "", err
+	}
+	// The installed kubelet is on PATH, as its package puts it: kubeadm's
+	// preflight asks it for its version.
+	cmd.Env = []string{"PATH=" + filepath.Join(kn.k.root, "usr/bin") + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	out, err := cmd.CombinedOutput()
+	log := filepath.Join(kn.dir, "kubeadm-"+args[0]+".log")
+	if werr := os.WriteFile(log, out, 0o644); werr != nil {
+		kn.t.Errorf("writing %s: %v", log, werr)
+	}
+	if err != nil {
+		return string(out), fmt.Errorf("kubeadm %s: %w (output in %s)", strings.Join(args, " "), err, log)
+	}
+	return string(out), nil
+}
+
+// checkImageList asks kubeadm which images its configuration needs: exactly
+// those imported.
+func (kn *kubeadmNode) checkImageList(imported []oci.Image) {
+	kn.t.Helper()
+	out, err := kn.kubeadm(time.Minute, "config", "images", "list", "--config", kn.config)
+	if err != nil {
+		kn.t.Fatalf("%v\n%s", err, out)
+	}
+	var listed, want []string
+	for _, l := range strings.Fields(out) {
+		listed = append(listed, l)
+	}
+	for _, img := range imported {
+		want = append(want, img.Name)
+	}
+	slices.Sort(listed)
+	slices.Sort(want)
+	if !slices.Equal(listed, want) {
+		kn.t.Fatalf("kubeadm config images list names %v, want exactly the images imported %v", listed, want)
+	}
+}
+
+// init runs `kubeadm init`, and returns when kubeadm reported success and
+// the node is Ready; it returns the time from the start of init to Ready.
+func (kn *kubeadmNode) init() time.Duration {
+	kn.t.Helper()
+	var ignore []string
+	for name := range ignoredPreflight {
+		if name == "SystemVerification" && cgroupV2 {
+			continue // nothing for it to find here
+		}
+		ignore = append(ignore, name)
+	}
+	slices.Sort(ignore)
+	args := []string{"init", "--config", kn.config, "-v=1"}
+	if len(ignore) > 0 {
+		args = append(args, "--ignore-preflight-errors="+strings.Join(ignore, ","))
+	}
+	start := time.Now()
+	out, err := kn.kubeadm(10*time.Minute, args...)
+	if err != nil {
+		kn.t.Fatalf("%v\n%s", err, tail(out, 60))
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "[WARNING SystemVerification]") && !strings.Contains(l, cgroupV1Finding) {
+			kn.t.Errorf("kubeadm's system verification found more than cgroup v1: %s", l)
+		}
+	}
+	if !strings.Contains(out, "Your Kubernetes control-plane has initialized successfully!") {
+		kn.t.Fatalf("kubeadm init exited 0 without its success message:\n%s", tail(out, 40))
+	}
+	sock := filepath.Join(kn.dir, "apiserver.sock")
+	if kn.proxy, err = startProxy(kn.ctx, kn.node, sock, localnode.NodeIP+":6443"); err != nil {
+		kn.t.Fatal(err)
+	}
+	kn.client, err = clientVia(filepath.Join(kn.node.Config().PrivateDir("/etc/kubernetes"), "admin.conf"), sock)
+	if err != nil {
+		kn.t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(kn.ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		node, err := kn.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == v1.NodeReady {
+				return c.Status == v1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		kn.t.Fatalf("node %s not Ready within 5m of kubeadm init's success", nodeName)
+	}
+	return time.Since(start)
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}

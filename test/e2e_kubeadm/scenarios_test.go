@@ -1,0 +1,109 @@
+//go:build e2ekubeadm
+
+package e2ekubeadm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/critlet/critlet/internal/hoststate"
+)
+
+// TestKubeadm bootstraps a node with `kubeadm init` once per kubelet, each
+// installed as its package installs it, and runs on it:
+//
+//  1. init: kubeadm's success, the node Ready (timed from the start of
+//     init), the control plane's mirror pods Running, the kubelet's
+//     rotatable client certificate issued through an approved CSR;
+//  3. a static pod refused for room, then room made: critlet with
+//     --critical-static-pod-readmission (set in /etc/default/kubelet)
+//     runs it, the stock kubelet leaves it Failed;
+//  2. a control-plane upgrade on a full node: kube-scheduler's manifest
+//     rewritten with a larger cpu request; its victims are upstream's;
+//
+// then `kubeadm reset`, which must leave nothing, and the node's removal,
+// after which the host must be as before.
+func TestKubeadm(t *testing.T) {
+	if !filepath.IsAbs(*stateDir) {
+		t.Fatalf("-state %q: want an absolute directory", *stateDir)
+	}
+	if err := os.MkdirAll(*stateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(*binDir, "kubeadm"), "version", "-o", "short").Output()
+	if err != nil {
+		t.Fatalf("kubeadm version: %v", err)
+	}
+	version := strings.TrimSpace(string(out))
+	for _, d := range []string{"root-critlet", "root-stock"} {
+		if err := os.RemoveAll(filepath.Join(*stateDir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crit, err := installCritlet(filepath.Join(*stateDir, "root-critlet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stock, err := installStock(filepath.Join(*stateDir, "root-stock"), crit.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report []string
+	for _, k := range []installed{stock, crit} {
+		t.Run(k.name, func(t *testing.T) {
+			before, err := captureHost()
+			if err != nil {
+				t.Fatal(err)
+			}
+			func() {
+				kn := upNode(t, context.Background(), k, version)
+				ready := kn.init()
+				kn.checkControlPlane()
+				creds := kn.checkKubeletCredentials()
+				kn.untaint()
+				kn.waitServiceAccounts("default", "kube-system")
+				row := []string{fmt.Sprintf("%s: kubeadm init to node Ready in %s; %s", k.name, ready.Round(100*1e6), creds)}
+				readmit := k.name == "critlet"
+				if readmit {
+					kn.enableReadmission()
+				}
+				row = append(row, "scenario 3: "+kn.readmissionOnKubeadmNode(readmit))
+				row = append(row, "scenario 2: "+kn.upgradeOnFullNode())
+				row = append(row, kn.reset())
+				starts, exits := kn.svc.started()
+				row = append(row, fmt.Sprintf("the kubelet unit was started %d times (Restart=always, RestartSec=%s); runs ended: %s", starts, kn.svc.delay, strings.Join(exits, "; ")))
+				kn.down()
+				for _, r := range row {
+					t.Log(r)
+				}
+				report = append(report, row...)
+			}()
+			after, err := captureHost()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := hoststate.Diff(before, after); len(diff) > 0 {
+				t.Errorf("the host changed:\n  %s", strings.Join(diff, "\n  "))
+			}
+		})
+	}
+	if err := os.WriteFile(filepath.Join(*stateDir, "report.md"), []byte("# kubeadm\n\n- "+strings.Join(report, "\n- ")+"\n"), 0o644); err != nil {
+		t.Error(err)
+	}
+}
+
+// captureHost records what a kubeadm node must leave as it found it.
+func captureHost() (hoststate.State, error) {
+	s, err := hoststate.Capture()
+	if err != nil {
+		return nil, err
+	}
+	s.AddFiles(hoststate.NodePaths)
+	s.AddEntries("/")
+	return s, nil
+}
