@@ -66,7 +66,7 @@ for target in "${targets[@]}"; do
   # shellcheck disable=SC2086 # version_flag is one or three words
   if ! got=$("$out" $version_flag 2>&1) || [[ $got != *"$want"* ]]; then
     rm -f "$out"
-    fail "$out --version printed '${got}', want '${want}'; binary removed"
+    fail "$out $version_flag printed '${got}', want '${want}'; binary removed"
   fi
   echo "$out: ${got%%$'\n'*}" >&2
 done

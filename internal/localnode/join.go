@@ -14,19 +14,19 @@ import (
 )
 
 // Command returns a command that runs inside the node's namespaces: its
-// mount namespace and, for a RuntimeOnly node, its network. Processes
-// started so are the node's: Down kills any that are left. The command
-// keeps the working directory the caller sets (cmd.Dir).
-func (n *Node) Command(ctx context.Context, path string, args ...string) (*exec.Cmd, error) {
+// mount namespace and, for a RuntimeOnly node, its network, in directory
+// dir (absolute). Processes started so are the node's: Down kills any that
+// are left.
+func (n *Node) Command(ctx context.Context, dir, path string, args ...string) (*exec.Cmd, error) {
 	holder, err := n.namespaceHolder()
 	if err != nil {
 		return nil, err
 	}
-	enter := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), wdFlag}
-	if n.cfg.RuntimeOnly {
-		enter = append(enter, fmt.Sprintf("--net=/proc/%d/ns/net", holder.PID))
+	enter, err := n.enterArgs(holder.PID, dir)
+	if err != nil {
+		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, "nsenter", append(append(enter, "--", path), args...)...)
+	cmd := exec.CommandContext(ctx, "nsenter", append(append(enter, path), args...)...)
 	// The command and whatever it starts form one process group, which a
 	// cancelled context kills whole.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -35,11 +35,23 @@ func (n *Node) Command(ctx context.Context, path string, args ...string) (*exec.
 	return cmd, nil
 }
 
-// wdFlag keeps nsenter's working directory: joining a mount namespace
-// otherwise moves it to that namespace's root, where cwd-relative files
-// would land on the host's /. nsenter opens the directory before it
-// enters and changes to it after, so that it need not exist inside.
-const wdFlag = "--wd=."
+// enterArgs are nsenter's arguments, up to the command, for a process that
+// joins the namespaces of holder and works in dir. Joining a mount
+// namespace moves a process to that namespace's root, where cwd-relative
+// files would land on the host's /; nor may the directory be carried
+// across (nsenter --wd): the process would be in a directory it cannot
+// name (getcwd fails). So a shell changes into dir by name once inside,
+// then execs the command, which keeps its PID.
+func (n *Node) enterArgs(holder int, dir string) ([]string, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("working directory %q in the node: not an absolute path", dir)
+	}
+	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder)}
+	if n.cfg.RuntimeOnly {
+		args = append(args, fmt.Sprintf("--net=/proc/%d/ns/net", holder))
+	}
+	return append(args, "--", "/bin/sh", "-c", `cd -- "$1" || exit 126; shift; exec "$@"`, "critlet-enter", dir), nil
+}
 
 // errHostNamespace marks a process taken for the node's namespace holder
 // that is in the host's mount namespace.

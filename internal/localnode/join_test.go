@@ -116,7 +116,7 @@ func TestHolderInHostNamespace(t *testing.T) {
 	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", holder.PID)) || !strings.Contains(err.Error(), n.l.pidFile(Containerd)) {
 		t.Errorf("the refusal does not name the process and its PID file: %v", err)
 	}
-	if _, err := n.Command(context.Background(), "/bin/true"); !errors.Is(err, errHostNamespace) {
+	if _, err := n.Command(context.Background(), "/", "/bin/true"); !errors.Is(err, errHostNamespace) {
 		t.Errorf("Command in the host's namespace: %v, want errHostNamespace", err)
 	}
 	if err := n.unmountInNamespace(n.l.kubelet()); !errors.Is(err, errHostNamespace) {
@@ -176,11 +176,10 @@ func TestCommandKeepsWorkingDirectory(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	cmd, err := n.Command(context.Background(), "/bin/pwd")
+	cmd, err := n.Command(context.Background(), dir, "/bin/pwd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("pwd in the node's namespace: %v\n%s", err, out)

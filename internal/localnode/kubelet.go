@@ -92,23 +92,26 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
-	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), wdFlag, "--", n.cfg.Kubelet,
-		"--config=" + confPath,
-		"--kubeconfig=" + n.pki.KubeletKubeconfig,
-		"--hostname-override=" + n.cfg.NodeName,
-		"--root-dir=" + n.l.kubeletRoot(),
-		"--cert-dir=" + n.l.path("kubelet", "pki"),
-		"--v=2",
+	// The kubelet's log cleanup can glob relative paths: it works in an
+	// empty directory of its own.
+	args, err := n.enterArgs(holder.PID, n.l.path("kubelet", "work"))
+	if err != nil {
+		return fmt.Errorf("kubelet: %w", err)
 	}
+	args = append(args, n.cfg.Kubelet,
+		"--config="+confPath,
+		"--kubeconfig="+n.pki.KubeletKubeconfig,
+		"--hostname-override="+n.cfg.NodeName,
+		"--root-dir="+n.l.kubeletRoot(),
+		"--cert-dir="+n.l.path("kubelet", "pki"),
+		"--v=2",
+	)
 	args = append(args, n.cfg.KubeletFlags...)
 	h, err := n.start(process.Spec{
 		Name: Kubelet,
 		Path: "nsenter",
 		Args: args,
 		Env:  n.cfg.KubeletEnv,
-		// The kubelet's log cleanup can glob relative paths: give it an empty
-		// working directory of its own (wdFlag keeps it through nsenter).
-		Dir: n.l.path("kubelet", "work"),
 	})
 	if err != nil {
 		return err

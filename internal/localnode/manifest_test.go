@@ -128,3 +128,24 @@ func TestDownRemovesOnlyRecordedEntries(t *testing.T) {
 		t.Errorf("a file behind a symlink was removed: %v", err)
 	}
 }
+
+// Private directories must be paths the node may cover, and apart.
+func TestCheckPrivateDirs(t *testing.T) {
+	for _, c := range []struct {
+		dirs []string
+		want string // error text; empty: accepted
+	}{
+		{[]string{"/etc/kubernetes", "/var/lib/etcd"}, ""},
+		{[]string{"/etc"}, "no system directory"},
+		{[]string{"etc/kubernetes"}, "no system directory"},
+		{[]string{"/etc/kubernetes/"}, "no system directory"},
+		{[]string{"/etc/kubernetes", "/etc/kubernetes"}, "overlap"},
+		{[]string{"/etc/kubernetes", "/etc/kubernetes/pki"}, "overlap"},
+		{[]string{"/srv/a-b", "/srv/a/b"}, "share"},
+	} {
+		err := checkPrivateDirs(c.dirs)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("checkPrivateDirs(%q) = %v, want %q", c.dirs, err, c.want)
+		}
+	}
+}

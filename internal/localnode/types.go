@@ -183,10 +183,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.NodeName == "" {
 		c.NodeName = "critlet-node"
 	}
-	for _, d := range c.PrivateDirs {
-		if !mayCoverOnHost(d) {
-			return c, fmt.Errorf("private directory %q: want a clean absolute path that is no system directory", d)
-		}
+	if err := checkPrivateDirs(c.PrivateDirs); err != nil {
+		return c, err
 	}
 	if c.SandboxImage == "" {
 		c.SandboxImage = PauseImage
@@ -199,4 +197,27 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.Log = c.logger()
 	return c, nil
+}
+
+// checkPrivateDirs refuses private directories that are no path the node
+// may cover, or that overlap (one inside another, or the same directory
+// under the state directory).
+func checkPrivateDirs(dirs []string) error {
+	seen := map[string]string{}
+	for i, d := range dirs {
+		if !mayCoverOnHost(d) {
+			return fmt.Errorf("private directory %q: want a clean absolute path that is no system directory", d)
+		}
+		for _, o := range dirs[:i] {
+			if o == d || strings.HasPrefix(d, o+"/") || strings.HasPrefix(o, d+"/") {
+				return fmt.Errorf("private directories %q and %q overlap", o, d)
+			}
+		}
+		name := layout{}.privateDir(d)
+		if o, ok := seen[name]; ok {
+			return fmt.Errorf("private directories %q and %q would share the node's directory %s", o, d, name)
+		}
+		seen[name] = d
+	}
+	return nil
 }

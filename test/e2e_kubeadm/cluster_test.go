@@ -130,11 +130,12 @@ func firstCertificate(kn *kubeadmNode, path string) *x509.Certificate {
 func (kn *kubeadmNode) waitServiceAccounts(namespaces ...string) {
 	kn.t.Helper()
 	for _, ns := range namespaces {
+		var last error
 		if err := wait.PollUntilContextTimeout(kn.ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err := kn.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-			return err == nil, nil
+			_, last = kn.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+			return last == nil, nil
 		}); err != nil {
-			kn.t.Fatalf("no default service account in %s within 2m", ns)
+			kn.t.Fatalf("no default service account in %s within 2m: %v", ns, last)
 		}
 	}
 }

@@ -3,6 +3,7 @@
 package e2ekubeadm
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,8 +74,9 @@ func binaryFiles(src, dst string) ([]oci.File, error) {
 	files := []oci.File{{Path: dst, Mode: 0o755, Content: content}}
 	out, err := exec.Command("ldd", src).Output()
 	if err != nil {
-		// ldd fails on a static binary: it needs nothing more.
-		if strings.Contains(string(out), "not a dynamic executable") {
+		// ldd fails on a static binary, saying so: it needs nothing more.
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && strings.Contains(string(exit.Stderr), "not a dynamic executable") {
 			return files, nil
 		}
 		return nil, fmt.Errorf("ldd %s: %w", src, err)

@@ -5,6 +5,7 @@ package e2ekubeadm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -98,6 +99,8 @@ type kubeadmNode struct {
 	k       installed
 	svc     *service
 	client  kubernetes.Interface
+	cfg     localnode.Config
+	work    string // the working directory of what the suite runs in the node: empty, the suite's
 	config  string // kubeadm's configuration file
 	version string
 	proxy   *exec.Cmd
@@ -128,12 +131,17 @@ func upNode(t *testing.T, ctx context.Context, k installed, version string) *kub
 		// restart the host's kubelet service, if it had one.
 		HiddenCommands: []string{"/usr/bin/systemctl", "/bin/systemctl"},
 	}
+	// Registered first: a node that failed half-way up is removed too.
+	kn := &kubeadmNode{t: t, ctx: ctx, dir: dir, k: k, version: version, cfg: cfg, work: filepath.Join(dir, "work")}
+	t.Cleanup(kn.down)
+	if err := os.Mkdir(kn.work, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	n, err := localnode.UpRuntime(ctx, cfg)
 	if err != nil {
 		t.Fatalf("starting the node: %v", err)
 	}
-	kn := &kubeadmNode{t: t, ctx: ctx, dir: dir, node: n, k: k, version: version}
-	t.Cleanup(kn.down)
+	kn.node = n
 	images, err := controlPlaneImages(*binDir, version)
 	if err != nil {
 		t.Fatal(err)
@@ -155,13 +163,15 @@ func upNode(t *testing.T, ctx context.Context, k installed, version string) *kub
 		t.Fatal(err)
 	}
 	kn.checkImageList(images)
-	// kubeadm's installation prerequisite, done inside the node, where the
-	// host's setting is not reached.
+	// kubeadm's installation prerequisite, done inside the node: the node
+	// covers the key with a file of its own (localnode's sysctl masks), which
+	// takes the write and which kubeadm's preflight reads; the host's
+	// setting is not reached.
 	kn.inNode("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
 	if err := k.linkNode(n.Config()); err != nil {
 		t.Fatal(err)
 	}
-	kn.svc, err = startService(n, k, filepath.Join(dir, "kubelet.log"))
+	kn.svc, err = startService(n, k, filepath.Join(dir, "kubelet.log"), kn.work)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +188,7 @@ func (kn *kubeadmNode) down() {
 			_ = kn.proxy.Process.Kill()
 			_ = kn.proxy.Wait()
 		}
-		if err := localnode.Down(kn.node.Config()); err != nil {
+		if err := localnode.Down(kn.cfg); err != nil && !errors.Is(err, localnode.ErrNotANode) {
 			kn.t.Errorf("removing the node: %v", err)
 		}
 	})
@@ -189,7 +199,7 @@ func (kn *kubeadmNode) down() {
 func (kn *kubeadmNode) kubeadm(timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(kn.ctx, timeout)
 	defer cancel()
-	cmd, err := kn.node.Command(ctx, filepath.Join(*binDir, "kubeadm"), args...)
+	cmd, err := kn.node.Command(ctx, kn.work, filepath.Join(*binDir, "kubeadm"), args...)
 	if err != nil {
 		return "", err
 	}
@@ -258,29 +268,39 @@ func (kn *kubeadmNode) init() time.Duration {
 	if !strings.Contains(out, "Your Kubernetes control-plane has initialized successfully!") {
 		kn.t.Fatalf("kubeadm init exited 0 without its success message:\n%s", tail(out, 40))
 	}
-	sock := filepath.Join(kn.dir, "apiserver.sock")
-	if kn.proxy, err = startProxy(kn.ctx, kn.node, sock, localnode.NodeIP+":6443"); err != nil {
+	// A short path: a unix socket's is limited to 107 bytes.
+	sock := filepath.Join(kn.t.TempDir(), "api.sock")
+	if kn.proxy, err = startProxy(kn.ctx, kn.node, sock, localnode.NodeIP+":6443", kn.work, filepath.Join(kn.dir, "proxy.log")); err != nil {
 		kn.t.Fatal(err)
 	}
 	kn.client, err = clientVia(filepath.Join(kn.node.Config().PrivateDir("/etc/kubernetes"), "admin.conf"), sock)
 	if err != nil {
 		kn.t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(kn.ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	kn.waitReady(5 * time.Minute)
+	return time.Since(start)
+}
+
+// waitReady waits until the node is Ready.
+func (kn *kubeadmNode) waitReady(timeout time.Duration) {
+	kn.t.Helper()
+	last := "no Ready condition"
+	if err := wait.PollUntilContextTimeout(kn.ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		node, err := kn.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
+			last = err.Error()
 			return false, nil
 		}
 		for _, c := range node.Status.Conditions {
 			if c.Type == v1.NodeReady {
+				last = fmt.Sprintf("Ready=%s (%s: %s)", c.Status, c.Reason, c.Message)
 				return c.Status == v1.ConditionTrue, nil
 			}
 		}
 		return false, nil
 	}); err != nil {
-		kn.t.Fatalf("node %s not Ready within 5m of kubeadm init's success", nodeName)
+		kn.t.Fatalf("node %s not Ready within %s: %s", nodeName, timeout, last)
 	}
-	return time.Since(start)
 }
 
 func tail(s string, lines int) string {

@@ -62,28 +62,42 @@ func runProxy(spec string) error {
 }
 
 // startProxy runs the forwarder for addr inside n's namespaces, serving
-// sock, until ctx ends.
-func startProxy(ctx context.Context, n *localnode.Node, sock, addr string) (*exec.Cmd, error) {
+// sock, in the working directory dir, its output in logPath, until ctx
+// ends.
+func startProxy(ctx context.Context, n *localnode.Node, sock, addr, dir, logPath string) (*exec.Cmd, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := n.Command(ctx, self)
+	cmd, err := n.Command(ctx, dir, self)
 	if err != nil {
 		return nil, err
 	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child holds its own descriptor
 	cmd.Env = append(os.Environ(), proxyEnv+"="+sock+"="+addr)
+	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the API proxy: %w", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(10 * time.Second)
+	for {
 		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
 			return cmd, nil
 		}
-		if time.Now().After(deadline) {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("the API proxy exited before serving %s: %v (output in %s)", sock, err, logPath)
+		case <-deadline:
 			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return nil, fmt.Errorf("the API proxy did not create %s within 10s", sock)
+			<-exited
+			return nil, fmt.Errorf("the API proxy did not create %s within 10s (output in %s)", sock, logPath)
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

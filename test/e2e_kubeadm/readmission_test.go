@@ -46,6 +46,7 @@ func (kn *kubeadmNode) enableReadmission() {
 	if err != nil {
 		kn.t.Fatalf("the restarted kubelet did not log staticPodReadmission=true within 1m (log %s)", kn.svc.logPath)
 	}
+	kn.waitReady(time.Minute)
 }
 
 // refusedReason is the reason the kubelet gives a critical pod that no
@@ -74,6 +75,9 @@ func (kn *kubeadmNode) removeStatic(path, mirror string) {
 	kn.t.Helper()
 	if err := os.Remove(path); err != nil {
 		kn.t.Fatalf("removing %s: %v", path, err)
+	}
+	if kn.t.Failed() {
+		return // the run ends here; reset and the node's removal follow
 	}
 	if err := wait.PollUntilContextTimeout(kn.ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := kn.client.CoreV1().Pods("kube-system").Get(ctx, mirror, metav1.GetOptions{})
@@ -146,7 +150,7 @@ func (kn *kubeadmNode) readmissionOnKubeadmNode(readmit bool) string {
 	gone := time.Now()
 	if err := wait.PollUntilContextTimeout(kn.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := kn.client.CoreV1().Pods("kube-system").Get(ctx, holder.Name, metav1.GetOptions{})
-		return err != nil, nil
+		return apierrors.IsNotFound(err), nil
 	}); err != nil {
 		kn.t.Fatalf("%s not gone within 1m of its deletion", holder.Name)
 	}

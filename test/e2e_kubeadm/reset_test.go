@@ -65,7 +65,7 @@ func (kn *kubeadmNode) inNode(name string, args ...string) string {
 	kn.t.Helper()
 	ctx, cancel := context.WithTimeout(kn.ctx, time.Minute)
 	defer cancel()
-	cmd, err := kn.node.Command(ctx, name, args...)
+	cmd, err := kn.node.Command(ctx, kn.work, name, args...)
 	if err != nil {
 		kn.t.Fatal(err)
 	}

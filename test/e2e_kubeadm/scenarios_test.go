@@ -10,16 +10,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/critlet/critlet/internal/hoststate"
+	"github.com/critlet/critlet/internal/localnode"
 )
 
 // TestKubeadm bootstraps a node with `kubeadm init` once per kubelet, each
 // installed as its package installs it, and runs on it:
 //
 //  1. init: kubeadm's success, the node Ready (timed from the start of
-//     init), the control plane's mirror pods Running, the kubelet's
-//     rotatable client certificate issued through an approved CSR;
+//     init), the control plane's mirror pods Running, the kubelet's client
+//     certificate for the node, from the cluster's CA, rotatable;
 //  3. a static pod refused for room, then room made: critlet with
 //     --critical-static-pod-readmission (set in /etc/default/kubelet)
 //     runs it, the stock kubelet leaves it Failed;
@@ -60,14 +62,33 @@ func TestKubeadm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A cleanup, so that a failed run is checked too; registered
+			// before the node's, it runs after the node is removed.
+			t.Cleanup(func() {
+				after, err := captureHost()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := hoststate.Diff(before, after); len(diff) > 0 {
+					t.Errorf("the host changed:\n  %s", strings.Join(diff, "\n  "))
+				}
+			})
+			// Everything the suite waits for ends before go test's own
+			// timeout, which would end the process without its cleanups.
+			ctx := context.Background()
+			if d, ok := t.Deadline(); ok {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, d.Add(-2*time.Minute))
+				defer cancel()
+			}
 			func() {
-				kn := upNode(t, context.Background(), k, version)
+				kn := upNode(t, ctx, k, version)
 				ready := kn.init()
 				kn.checkControlPlane()
 				creds := kn.checkKubeletCredentials()
 				kn.untaint()
 				kn.waitServiceAccounts("default", "kube-system")
-				row := []string{fmt.Sprintf("%s: kubeadm init to node Ready in %s; %s", k.name, ready.Round(100*1e6), creds)}
+				row := []string{fmt.Sprintf("%s: kubeadm init to node Ready in %s; %s", k.name, ready.Round(100*time.Millisecond), creds)}
 				readmit := k.name == "critlet"
 				if readmit {
 					kn.enableReadmission()
@@ -83,13 +104,6 @@ func TestKubeadm(t *testing.T) {
 				}
 				report = append(report, row...)
 			}()
-			after, err := captureHost()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := hoststate.Diff(before, after); len(diff) > 0 {
-				t.Errorf("the host changed:\n  %s", strings.Join(diff, "\n  "))
-			}
 		})
 	}
 	if err := os.WriteFile(filepath.Join(*stateDir, "report.md"), []byte("# kubeadm\n\n- "+strings.Join(report, "\n- ")+"\n"), 0o644); err != nil {
@@ -97,7 +111,10 @@ func TestKubeadm(t *testing.T) {
 	}
 }
 
-// captureHost records what a kubeadm node must leave as it found it.
+// captureHost records what a kubeadm node must leave as it found it: the
+// node suite's record (sysctls, mounts, cgroups, devices, rules, the files
+// under the paths a node touches, processes in the node's cgroups or
+// naming the suite's state directory) and the entries of /.
 func captureHost() (hoststate.State, error) {
 	s, err := hoststate.Capture()
 	if err != nil {
@@ -105,5 +122,8 @@ func captureHost() (hoststate.State, error) {
 	}
 	s.AddFiles(hoststate.NodePaths)
 	s.AddEntries("/")
+	if err := s.AddProcesses(":"+localnode.CgroupRoot, *stateDir); err != nil {
+		return nil, err
+	}
 	return s, nil
 }

@@ -245,8 +245,17 @@ func (kn *kubeadmNode) upgradeOnFullNode() string {
 		kn.t.Fatalf("the rewritten %s (cpu %s) not Running within 3m", component, newCPU.String())
 	}
 	running := time.Since(start)
-	got := kn.victims("default")
+	if len(wantVictims) == 0 {
+		kn.t.Fatalf("upstream's handler preempts nothing for the rewritten %s: the scenario made no shortage", component)
+	}
+	// A victim's status reaches the API after its kill: wait until the
+	// victims match, or for 30 s.
 	keys := func(names []string) []string { return prediction.AlikeKeys(crit, others, names) }
+	var got []string
+	_ = wait.PollUntilContextTimeout(kn.ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		got = kn.victims("default")
+		return slices.Equal(keys(got), keys(wantVictims)), nil
+	})
 	if g, w := keys(got), keys(wantVictims); !slices.Equal(g, w) {
 		kn.t.Errorf("the kubelet preempted %v\n  alike: %v\nupstream's handler picks %v\n  alike: %v", got, g, wantVictims, w)
 	}

@@ -152,11 +152,10 @@ func (r *runner) runSuite(ctx context.Context, n *localnode.Node, k kubelet, p p
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.focus.timeout+10*time.Minute)
 	defer cancel()
-	cmd, err := n.Command(ctx, path, args...)
+	cmd, err := n.Command(ctx, work, path, args...)
 	if err != nil {
 		return nil, err
 	}
-	cmd.Dir = work
 	// etcd's data and the suite's other temporary files go to the run's
 	// directory (only the API server's signing key, removed as soon as it
 	// is read, is written to /tmp by name).

@@ -50,15 +50,18 @@ func installCritlet(dir string) (installed, error) {
 // binary and unit (critlet's package ships upstream's unit unchanged; the
 // package suite proves it).
 func installStock(dir, critletRoot string) (installed, error) {
-	for _, f := range []struct{ from, to string }{
-		{filepath.Join(*binDir, "kubelet-stock"), "/usr/bin/kubelet"},
-		{filepath.Join(critletRoot, "lib/systemd/system/kubelet.service"), "/lib/systemd/system/kubelet.service"},
+	for _, f := range []struct {
+		from, to string
+		mode     os.FileMode
+	}{
+		{filepath.Join(*binDir, "kubelet-stock"), "/usr/bin/kubelet", 0o755},
+		{filepath.Join(critletRoot, "lib/systemd/system/kubelet.service"), "/lib/systemd/system/kubelet.service", 0o644},
 	} {
 		b, err := os.ReadFile(f.from)
 		if err != nil {
 			return installed{}, err
 		}
-		if err := writeFile(filepath.Join(dir, f.to), string(b), 0o755); err != nil {
+		if err := writeFile(filepath.Join(dir, f.to), string(b), f.mode); err != nil {
 			return installed{}, err
 		}
 	}
@@ -128,20 +131,22 @@ type service struct {
 	node    *localnode.Node
 	k       installed
 	logPath string
+	workDir string        // an empty directory of the suite's: the kubelet writes nothing elsewhere by mistake
 	delay   time.Duration // RestartSec=
 
-	cancel context.CancelFunc
-	now    chan struct{} // start again without waiting
-	done   chan struct{}
+	now     chan struct{} // start again without waiting
+	stopped chan struct{} // closed by stop
+	done    chan struct{} // closed when the loop has ended
 
-	mu     sync.Mutex
-	proc   *os.Process
-	starts int
-	exits  []string
+	mu       sync.Mutex
+	stopping bool
+	proc     *os.Process
+	starts   int
+	exits    []string
 }
 
 // startService reads the unit's restart settings and starts the loop.
-func startService(n *localnode.Node, k installed, logPath string) (*service, error) {
+func startService(n *localnode.Node, k installed, logPath, workDir string) (*service, error) {
 	opts, err := systemdunit.Load(k.root, "kubelet.service")
 	if err != nil {
 		return nil, err
@@ -163,18 +168,18 @@ func startService(n *localnode.Node, k installed, logPath string) (*service, err
 	if restart != "always" {
 		return nil, fmt.Errorf("kubelet.service has Restart=%s; this supervisor plays Restart=always only", restart)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &service{node: n, k: k, logPath: logPath, delay: delay, cancel: cancel, now: make(chan struct{}, 1), done: make(chan struct{})}
-	go s.loop(ctx)
+	s := &service{node: n, k: k, logPath: logPath, workDir: workDir, delay: delay,
+		now: make(chan struct{}, 1), stopped: make(chan struct{}), done: make(chan struct{})}
+	go s.loop()
 	return s, nil
 }
 
-func (s *service) loop(ctx context.Context) {
+func (s *service) loop() {
 	defer close(s.done)
 	for {
-		s.runOnce(ctx)
+		s.runOnce()
 		select {
-		case <-ctx.Done():
+		case <-s.stopped:
 			return
 		case <-s.now:
 		case <-time.After(s.delay):
@@ -182,8 +187,9 @@ func (s *service) loop(ctx context.Context) {
 	}
 }
 
-// runOnce starts the unit's command and waits for it to exit.
-func (s *service) runOnce(ctx context.Context) {
+// runOnce starts the unit's command, unless the service is stopping, and
+// waits for it to exit.
+func (s *service) runOnce() {
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		s.exited(fmt.Sprintf("log: %v", err))
@@ -195,7 +201,7 @@ func (s *service) runOnce(ctx context.Context) {
 		s.exited(fmt.Sprintf("resolving the unit: %v", err))
 		return
 	}
-	cmd, err := s.node.Command(ctx, filepath.Join(s.k.root, unit.Path), unit.Argv[1:]...)
+	cmd, err := s.node.Command(context.Background(), s.workDir, filepath.Join(s.k.root, unit.Path), unit.Argv[1:]...)
 	if err != nil {
 		s.exited(fmt.Sprintf("entering the node: %v", err))
 		return
@@ -203,11 +209,17 @@ func (s *service) runOnce(ctx context.Context) {
 	cmd.Env = append([]string{systemdPath}, unit.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	fmt.Fprintf(logf, "--- %s: systemd would run: %s\n", time.Now().UTC().Format(time.RFC3339Nano), strings.Join(unit.Argv, " "))
+	// Started under the lock: stop either sees the process or prevents it.
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return
+	}
 	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
 		s.exited(fmt.Sprintf("start: %v", err))
 		return
 	}
-	s.mu.Lock()
 	s.proc = cmd.Process
 	s.starts++
 	s.mu.Unlock()
@@ -242,40 +254,28 @@ func (s *service) signal(sig syscall.Signal) {
 	}
 }
 
-// stop is `systemctl stop kubelet`: SIGTERM, SIGKILL after the timeout
-// (systemd's 90 s; the kubelet takes a moment).
+// stop is `systemctl stop kubelet`: no start after it; SIGTERM, then
+// SIGKILL after systemd's 90 s. Stopping a stopped service does nothing.
 func (s *service) stop() {
-	select {
-	case <-s.done:
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		<-s.done
 		return
-	default:
 	}
-	s.cancelQuietly()
-	s.signal(syscall.SIGTERM)
+	s.stopping = true
+	p := s.proc
+	s.mu.Unlock()
+	close(s.stopped)
+	if p != nil {
+		_ = p.Signal(syscall.SIGTERM)
+	}
 	select {
 	case <-s.done:
 	case <-time.After(90 * time.Second):
 		s.signal(syscall.SIGKILL)
 		<-s.done
 	}
-}
-
-// cancelQuietly ends the loop after the running kubelet exits: the
-// context's cancellation would kill it at once, so it is cancelled only
-// once the process is gone or for a stop that must not wait.
-func (s *service) cancelQuietly() {
-	go func() {
-		for {
-			s.mu.Lock()
-			p := s.proc
-			s.mu.Unlock()
-			if p == nil {
-				s.cancel()
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
 }
 
 // started reports how often the kubelet was started, and why each run
