@@ -119,3 +119,19 @@ func (s State) AddProcesses(cgroupMark string, pathMarks ...string) error {
 	s["processes of the node"] = strings.Join(found, "\n")
 	return nil
 }
+
+// CaptureNode records what a node run must leave as it found it: Capture's
+// items, the files under NodePaths, the entries of /, and the processes in
+// the cgroups under cgroupRoot or naming one of stateDirs.
+func CaptureNode(cgroupRoot string, stateDirs ...string) (State, error) {
+	s, err := Capture()
+	if err != nil {
+		return nil, err
+	}
+	s.AddFiles(NodePaths)
+	s.AddEntries("/")
+	if err := s.AddProcesses(":"+cgroupRoot, stateDirs...); err != nil {
+		return nil, err
+	}
+	return s, nil
+}

@@ -130,29 +130,14 @@ func TestHolderInItsOwnNamespace(t *testing.T) {
 	_, err := exec.LookPath("unshare")
 	testenv.Need(t, "unshare (util-linux)", err)
 	n := testNode(t)
-	holder := startHolder(t, n, "unshare", "--mount", "--propagation", "private", "--", "/bin/sleep", "60")
-	// unshare execs sleep once in the new namespace.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		host, err := inHostMountNamespace(holder.PID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !host {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("unshare never left the host's mount namespace")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	startNamespaceHolder(t, n)
 	pids, err := n.joinedProcesses()
 	if err != nil || len(pids) > 0 {
 		t.Errorf("joinedProcesses = %v, %v; want none and no error", pids, err)
 	}
 }
 
-// A command in the node's namespace runs in the directory its caller set:
+// A command in the node's namespace runs in the directory its caller names:
 // joining a mount namespace would otherwise move it to /, the host's, where
 // its cwd-relative files would land.
 func TestCommandKeepsWorkingDirectory(t *testing.T) {
@@ -161,20 +146,7 @@ func TestCommandKeepsWorkingDirectory(t *testing.T) {
 		testenv.Need(t, tool+" (util-linux)", err)
 	}
 	n := testNode(t)
-	holder := startHolder(t, n, "unshare", "--mount", "--propagation", "private", "--", "/bin/sleep", "60")
-	// unshare execs sleep once in the new namespace.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		host, err := inHostMountNamespace(holder.PID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !host {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("unshare never left the host's mount namespace")
-		}
-	}
+	startNamespaceHolder(t, n)
 	dir := t.TempDir()
 	cmd, err := n.Command(context.Background(), dir, "/bin/pwd")
 	if err != nil {
@@ -186,5 +158,24 @@ func TestCommandKeepsWorkingDirectory(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(out)); got != dir {
 		t.Errorf("working directory in the node's namespace: %q, want the caller's %q", got, dir)
+	}
+}
+
+// startNamespaceHolder starts a holder of a mount namespace of its own for
+// n, and returns once it is in it (unshare execs sleep there).
+func startNamespaceHolder(t *testing.T, n *Node) {
+	t.Helper()
+	holder := startHolder(t, n, "unshare", "--mount", "--propagation", "private", "--", "/bin/sleep", "60")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		host, err := inHostMountNamespace(holder.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !host {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unshare never left the host's mount namespace")
+		}
 	}
 }

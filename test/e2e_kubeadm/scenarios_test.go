@@ -58,14 +58,14 @@ func TestKubeadm(t *testing.T) {
 	var report []string
 	for _, k := range []installed{stock, crit} {
 		t.Run(k.name, func(t *testing.T) {
-			before, err := captureHost()
+			before, err := hoststate.CaptureNode(localnode.CgroupRoot, *stateDir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// A cleanup, so that a failed run is checked too; registered
 			// before the node's, it runs after the node is removed.
 			t.Cleanup(func() {
-				after, err := captureHost()
+				after, err := hoststate.CaptureNode(localnode.CgroupRoot, *stateDir)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -109,21 +109,4 @@ func TestKubeadm(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(*stateDir, "report.md"), []byte("# kubeadm\n\n- "+strings.Join(report, "\n- ")+"\n"), 0o644); err != nil {
 		t.Error(err)
 	}
-}
-
-// captureHost records what a kubeadm node must leave as it found it: the
-// node suite's record (sysctls, mounts, cgroups, devices, rules, the files
-// under the paths a node touches, processes in the node's cgroups or
-// naming the suite's state directory) and the entries of /.
-func captureHost() (hoststate.State, error) {
-	s, err := hoststate.Capture()
-	if err != nil {
-		return nil, err
-	}
-	s.AddFiles(hoststate.NodePaths)
-	s.AddEntries("/")
-	if err := s.AddProcesses(":"+localnode.CgroupRoot, *stateDir); err != nil {
-		return nil, err
-	}
-	return s, nil
 }

@@ -118,13 +118,7 @@ func (kn *kubeadmNode) activePods() []*v1.Pod {
 	if err != nil {
 		kn.t.Fatalf("listing the node's pods: %v", err)
 	}
-	var out []*v1.Pod
-	for i := range list.Items {
-		if p := &list.Items[i]; p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
-			out = append(out, p)
-		}
-	}
-	return out
+	return prediction.Active(list.Items)
 }
 
 // freeCPU is the node's allocatable cpu less the requests of its active
@@ -274,16 +268,7 @@ func (kn *kubeadmNode) victims(namespace string) []string {
 	if err != nil {
 		kn.t.Fatal(err)
 	}
-	var out []string
-	for _, p := range pods.Items {
-		for _, c := range p.Status.Conditions {
-			if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue && c.Reason == v1.PodReasonTerminationByKubelet {
-				out = append(out, p.Name)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
+	return prediction.Preempted(pods.Items)
 }
 
 func decodePod(s string) (*v1.Pod, error) {

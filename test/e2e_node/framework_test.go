@@ -22,6 +22,7 @@ import (
 
 	"github.com/critlet/critlet/internal/localnode"
 	"github.com/critlet/critlet/internal/testenv"
+	"github.com/critlet/critlet/test/prediction"
 )
 
 // testNamespace holds the scenarios' non-critical pods; critical ones go to
@@ -451,16 +452,7 @@ func (e *env) victims() []string {
 	if err != nil {
 		e.t.Fatalf("listing pods: %v", err)
 	}
-	var out []string
-	for _, p := range pods.Items {
-		for _, c := range p.Status.Conditions {
-			if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue && c.Reason == v1.PodReasonTerminationByKubelet {
-				out = append(out, p.Name)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
+	return prediction.Preempted(pods.Items)
 }
 
 // waitVictims waits up to 30 s until want pods named with prefix carry

@@ -164,13 +164,7 @@ func (e *env) activePods() []*v1.Pod {
 	if err != nil {
 		e.t.Fatalf("listing the node's pods: %v", err)
 	}
-	var out []*v1.Pod
-	for i := range list.Items {
-		if p := &list.Items[i]; p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
-			out = append(out, p)
-		}
-	}
-	return out
+	return prediction.Active(list.Items)
 }
 
 // fullNodeClasses are the priorities the full node's pods draw from.

@@ -16,20 +16,10 @@ import (
 	"github.com/critlet/critlet/internal/localnode"
 )
 
-// captureHost records what a node run must leave as it found it: sysctls,
-// mounts, cgroups, network devices, firewall rules, the files under the
-// paths a node touches, and processes in the node's cgroups or naming one
-// of the state directories.
+// captureHost records what a node run must leave as it found it
+// (hoststate.CaptureNode).
 func captureHost(stateDirs ...string) (hoststate.State, error) {
-	s, err := hoststate.Capture()
-	if err != nil {
-		return nil, err
-	}
-	s.AddFiles(hoststate.NodePaths)
-	if err := s.AddProcesses(":"+localnode.CgroupRoot, stateDirs...); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return hoststate.CaptureNode(localnode.CgroupRoot, stateDirs...)
 }
 
 // hostUnchanged compares two records of the host.

@@ -359,7 +359,7 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 		}
 		r.selected = r.only
 	}
-	before, err := captureHost()
+	before, err := hoststate.CaptureNode(localnode.CgroupRoot, r.state)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("recording the host: %w", err)
 	}
@@ -381,7 +381,7 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 	start := time.Now()
 	res, rc, notes, runErr := r.onNode(ctx, cfg, kubelets, runs)
 	downErr := localnode.Down(cfg)
-	after, err := captureHost()
+	after, err := hoststate.CaptureNode(localnode.CgroupRoot, r.state)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("recording the host afterwards: %w", err)
 	}
@@ -396,20 +396,6 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 }
 
 const nodeName = "critlet-e2e-node"
-
-// captureHost records what the run must leave as it found it: besides
-// Capture's items, the files under the paths a node touches, and the
-// entries of /, where the suite's cwd-relative files (kubeconfig,
-// kubelet-config, logs) would land if it ran outside its directory.
-func captureHost() (hoststate.State, error) {
-	s, err := hoststate.Capture()
-	if err != nil {
-		return nil, err
-	}
-	s.AddFiles(hoststate.NodePaths)
-	s.AddEntries("/")
-	return s, nil
-}
 
 func (r *runner) onNode(ctx context.Context, cfg localnode.Config, kubelets []kubelet, runs int) (map[string]Runs, *Recheck, []string, error) {
 	n, err := localnode.UpRuntime(ctx, cfg)

@@ -73,3 +73,30 @@ func upstreamKey(crit, p *v1.Pod) string {
 	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	return fmt.Sprintf("%s cpu %dm memory %dMi preemptable %t", v1qos.GetPodQOS(p), req.Cpu().MilliValue(), req.Memory().Value()>>20, kubetypes.Preemptable(crit, p))
 }
+
+// Active returns the pods the kubelet counts on its node, of a list of the
+// node's pods: those not terminal.
+func Active(pods []v1.Pod) []*v1.Pod {
+	var out []*v1.Pod
+	for i := range pods {
+		if p := &pods[i]; p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Preempted names, sorted, the pods that carry the kubelet's preemption
+// condition: DisruptionTarget, reason TerminationByKubelet.
+func Preempted(pods []v1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue && c.Reason == v1.PodReasonTerminationByKubelet {
+				out = append(out, p.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
