@@ -18,6 +18,9 @@ import (
 // dir (absolute). Processes started so are the node's: Down kills any that
 // are left.
 func (n *Node) Command(ctx context.Context, dir, path string, args ...string) (*exec.Cmd, error) {
+	if strings.Contains(path, "/") && !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("command %q in the node: a relative path would name a file of the command's directory there (%s)", path, dir)
+	}
 	holder, err := n.namespaceHolder()
 	if err != nil {
 		return nil, err

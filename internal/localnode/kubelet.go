@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -76,6 +77,9 @@ func (n *Node) kubeletConfig() ([]byte, error) {
 // StartKubelet starts the configured kubelet and waits until its node is
 // Ready.
 func (n *Node) StartKubelet(ctx context.Context) error {
+	if !filepath.IsAbs(n.cfg.Kubelet) {
+		return fmt.Errorf("kubelet %q: not an absolute path (it is started in a directory of its own)", n.cfg.Kubelet)
+	}
 	if _, err := os.Stat(n.cfg.Kubelet); err != nil {
 		return fmt.Errorf("kubelet: %w (build it with 'make kubelet' or 'make kubelet-stock')", err)
 	}

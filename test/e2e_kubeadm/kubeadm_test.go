@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -103,7 +102,7 @@ type kubeadmNode struct {
 	work    string // the working directory of what the suite runs in the node: empty, the suite's
 	config  string // kubeadm's configuration file
 	version string
-	proxy   *exec.Cmd
+	proxy   *apiProxy
 
 	downOnce sync.Once
 }
@@ -185,8 +184,7 @@ func (kn *kubeadmNode) down() {
 			kn.svc.stop()
 		}
 		if kn.proxy != nil {
-			_ = kn.proxy.Process.Kill()
-			_ = kn.proxy.Wait()
+			kn.proxy.stop()
 		}
 		if err := localnode.Down(kn.cfg); err != nil && !errors.Is(err, localnode.ErrNotANode) {
 			kn.t.Errorf("removing the node: %v", err)

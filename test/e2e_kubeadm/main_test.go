@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -26,5 +27,14 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	flag.Parse()
+	// What runs in the node starts in a directory of its own.
+	for _, p := range []*string{binDir, packageDir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		*p = abs
+	}
 	os.Exit(m.Run())
 }

@@ -61,10 +61,22 @@ func runProxy(spec string) error {
 	}
 }
 
+// apiProxy is a running forwarder.
+type apiProxy struct {
+	cmd    *exec.Cmd
+	exited chan error // its Wait's result, once
+}
+
+// stop kills the forwarder and waits for it.
+func (p *apiProxy) stop() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
 // startProxy runs the forwarder for addr inside n's namespaces, serving
 // sock, in the working directory dir, its output in logPath, until ctx
-// ends.
-func startProxy(ctx context.Context, n *localnode.Node, sock, addr, dir, logPath string) (*exec.Cmd, error) {
+// ends or it is stopped.
+func startProxy(ctx context.Context, n *localnode.Node, sock, addr, dir, logPath string) (*apiProxy, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -88,7 +100,7 @@ func startProxy(ctx context.Context, n *localnode.Node, sock, addr, dir, logPath
 	deadline := time.After(10 * time.Second)
 	for {
 		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			return cmd, nil
+			return &apiProxy{cmd: cmd, exited: exited}, nil
 		}
 		select {
 		case err := <-exited:
