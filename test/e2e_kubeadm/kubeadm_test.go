@@ -91,18 +91,17 @@ failCgroupV1: {{.FailCgroupV1}}
 // kubeadmNode is a local node that kubeadm bootstraps, with one installed
 // kubelet run as its unit would run it.
 type kubeadmNode struct {
-	t       *testing.T
-	ctx     context.Context
-	dir     string // this node's logs and files
-	node    *localnode.Node
-	k       installed
-	svc     *service
-	client  kubernetes.Interface
-	cfg     localnode.Config
-	work    string // the working directory of what the suite runs in the node: empty, the suite's
-	config  string // kubeadm's configuration file
-	version string
-	proxy   *apiProxy
+	t      *testing.T
+	ctx    context.Context
+	dir    string // this node's logs and files
+	node   *localnode.Node
+	k      installed
+	svc    *service
+	client kubernetes.Interface
+	cfg    localnode.Config
+	work   string // the working directory of what the suite runs in the node: empty, the suite's
+	config string // kubeadm's configuration file
+	proxy  *apiProxy
 
 	downOnce sync.Once
 }
@@ -131,7 +130,7 @@ func upNode(t *testing.T, ctx context.Context, k installed, version string) *kub
 		HiddenCommands: []string{"/usr/bin/systemctl", "/bin/systemctl"},
 	}
 	// Registered first: a node that failed half-way up is removed too.
-	kn := &kubeadmNode{t: t, ctx: ctx, dir: dir, k: k, version: version, cfg: cfg, work: filepath.Join(dir, "work")}
+	kn := &kubeadmNode{t: t, ctx: ctx, dir: dir, k: k, cfg: cfg, work: filepath.Join(dir, "work")}
 	t.Cleanup(kn.down)
 	if err := os.Mkdir(kn.work, 0o755); err != nil {
 		t.Fatal(err)

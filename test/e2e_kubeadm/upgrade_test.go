@@ -85,30 +85,25 @@ func (kn *kubeadmNode) createRunning(pods ...*v1.Pod) {
 		}
 	}
 	for _, p := range pods {
-		kn.waitPhase(p.Namespace, p.Name, v1.PodRunning, 2*time.Minute)
+		kn.waitRunning(p.Namespace, p.Name, 2*time.Minute)
 	}
 }
 
-// waitPhase waits until a pod is in phase.
-func (kn *kubeadmNode) waitPhase(namespace, name string, phase v1.PodPhase, timeout time.Duration) *v1.Pod {
+// waitRunning waits until a pod is Running.
+func (kn *kubeadmNode) waitRunning(namespace, name string, timeout time.Duration) {
 	kn.t.Helper()
-	var last *v1.Pod
+	state := "absent"
 	err := wait.PollUntilContextTimeout(kn.ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		p, err := kn.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		last = p
-		return p.Status.Phase == phase, nil
+		state = fmt.Sprintf("%s (%s: %s)", p.Status.Phase, p.Status.Reason, p.Status.Message)
+		return p.Status.Phase == v1.PodRunning, nil
 	})
 	if err != nil {
-		state := "absent"
-		if last != nil {
-			state = fmt.Sprintf("%s (%s: %s)", last.Status.Phase, last.Status.Reason, last.Status.Message)
-		}
-		kn.t.Fatalf("pod %s/%s not %s within %s: %s", namespace, name, phase, timeout, state)
+		kn.t.Fatalf("pod %s/%s not Running within %s: %s", namespace, name, timeout, state)
 	}
-	return last
 }
 
 // activePods lists the pods on the node the kubelet counts: not terminal.
@@ -143,20 +138,6 @@ func (kn *kubeadmNode) manifestPath(component string) string {
 	return filepath.Join(kn.node.Config().PrivateDir("/etc/kubernetes"), "manifests", component+".yaml")
 }
 
-// readManifest reads a static pod manifest.
-func readManifest(path string) (*v1.Pod, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var p v1.Pod
-	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(&p); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &p, nil
-}
-
 // upgradeOnFullNode is scenario 2: the node (untainted) filled with
 // workloads of every QoS class and three priorities, kube-scheduler's
 // manifest is rewritten with a larger cpu request, as `kubeadm upgrade` or
@@ -188,13 +169,13 @@ func (kn *kubeadmNode) upgradeOnFullNode() string {
 
 	component := "kube-scheduler"
 	path := kn.manifestPath(component)
-	old, err := readManifest(path)
-	if err != nil {
-		kn.t.Fatal(err)
-	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		kn.t.Fatal(err)
+	}
+	old, err := decodePod(string(b))
+	if err != nil {
+		kn.t.Fatalf("%s: %v", path, err)
 	}
 	oldCPU := old.Spec.Containers[0].Resources.Requests.Cpu()
 	newCPU := *resource.NewMilliQuantity(oldCPU.MilliValue()+kn.freeCPU()+400, resource.DecimalSI)
