@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/critlet/critlet/internal/atomicfile"
 	"github.com/critlet/critlet/pkg/patched"
@@ -56,18 +58,94 @@ func Build(upstreamDir, repoDir, genDir string, patches []patched.Patch) (*Plan,
 		return nil, fmt.Errorf("resolving generation directory: %w", err)
 	}
 	plan := &Plan{Overlay: File{Replace: map[string]string{}}, Generated: map[string][]byte{}}
+	byPackage := map[string][]patched.Patch{}
 	for _, p := range patches {
-		if err := planPatch(plan, upstreamDir, repoDir, genDir, p); err != nil {
+		byPackage[p.Package] = append(byPackage[p.Package], p)
+	}
+	for _, p := range patches {
+		if err := planPatch(plan, upstreamDir, repoDir, genDir, p, byPackage[p.Package]); err != nil {
 			return nil, fmt.Errorf("patch %s: %w", p.Name, err)
 		}
+	}
+	if err := planHooks(plan, upstreamDir, genDir, patches); err != nil {
+		return nil, err
 	}
 	return plan, nil
 }
 
-// planPatch adds p to plan: its package's files, its registration and its
-// hooked files. A hooked file lies in p's package and one patch changes a
-// package (patched.Validate), so every hook of a file is p's.
-func planPatch(plan *Plan, upstreamDir, repoDir, genDir string, p patched.Patch) error {
+// planHooks adds the hooked copies of upstream files to plan. Patches of
+// one package may hook the same file: it is hooked once with all of their
+// hooks (a line hooked twice is an error), and each patch's hooks register
+// themselves from the file they are in.
+func planHooks(plan *Plan, upstreamDir, genDir string, patches []patched.Patch) error {
+	byFile := map[string][]hooksOf{}
+	var files []string
+	for _, p := range patches {
+		mine := map[string][]patched.Hook{}
+		var order []string
+		for _, h := range p.Hooks {
+			if mine[h.File] == nil {
+				order = append(order, h.File)
+			}
+			mine[h.File] = append(mine[h.File], h)
+		}
+		for _, f := range order {
+			if byFile[f] == nil {
+				files = append(files, f)
+			}
+			byFile[f] = append(byFile[f], hooksOf{p, mine[f]})
+		}
+	}
+	for _, f := range files {
+		up := filepath.Join(upstreamDir, filepath.FromSlash(f))
+		src, err := os.ReadFile(up)
+		if err != nil {
+			return fmt.Errorf("patch %s: hooked file %s: %w", byFile[f][0].patch.Name, f, err)
+		}
+		var all []patched.Hook
+		for _, ph := range byFile[f] {
+			all = append(all, ph.hooks...)
+		}
+		out, err := ApplyHooks(f, src, all)
+		if err != nil {
+			return fmt.Errorf("patch %s: %w", patchOf(byFile[f], err), err)
+		}
+		if !bytes.HasSuffix(out, []byte("\n")) {
+			out = append(out, '\n')
+		}
+		for _, ph := range byFile[f] {
+			out = append(out, hookInit(ph.patch, ph.hooks)...)
+		}
+		gen := filepath.Join(genDir, filepath.FromSlash(f))
+		plan.Overlay.Replace[up] = gen
+		plan.Generated[gen] = out
+	}
+	return nil
+}
+
+// patchOf names the patch whose hook err is about, or every patch hooking
+// the file when err is about the file as a whole.
+func patchOf(of []hooksOf, err error) string {
+	var he *HookError
+	var names []string
+	for _, ph := range of {
+		if errors.As(err, &he) && slices.Contains(ph.hooks, he.Hook) {
+			return ph.patch.Name
+		}
+		names = append(names, ph.patch.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// hooksOf is one patch's hooks in one file.
+type hooksOf struct {
+	patch patched.Patch
+	hooks []patched.Hook
+}
+
+// planPatch adds p to plan: its files and its registration; mates are the
+// patches of p's package, p included.
+func planPatch(plan *Plan, upstreamDir, repoDir, genDir string, p patched.Patch, mates []patched.Patch) error {
 	upPkg := filepath.Join(upstreamDir, filepath.FromSlash(p.Package))
 	repoPkg := filepath.Join(repoDir, filepath.FromSlash(p.Package))
 	var pkgName string
@@ -75,7 +153,7 @@ func planPatch(plan *Plan, upstreamDir, repoDir, genDir string, p patched.Patch)
 	if p.Replaces {
 		pkgName, err = replacePackage(plan, upPkg, repoPkg)
 	} else {
-		pkgName, err = extendPackage(plan, upPkg, repoPkg)
+		pkgName, err = extendPackage(plan, upPkg, repoPkg, p, mates)
 	}
 	if err != nil {
 		return err
@@ -88,29 +166,6 @@ func planPatch(plan *Plan, upstreamDir, repoDir, genDir string, p patched.Patch)
 	plan.Overlay.Replace[reg] = gen
 	plan.Generated[gen] = registrationSource(pkgName, p)
 
-	byFile := map[string][]patched.Hook{}
-	for _, h := range p.Hooks {
-		byFile[h.File] = append(byFile[h.File], h)
-	}
-	for f, hooks := range byFile {
-		up := filepath.Join(upstreamDir, filepath.FromSlash(f))
-		src, err := os.ReadFile(up)
-		if err != nil {
-			return fmt.Errorf("hooked file %s: %w", f, err)
-		}
-		out, err := ApplyHooks(f, src, hooks)
-		if err != nil {
-			return err
-		}
-		// The hooks register themselves from the file they are in.
-		if !bytes.HasSuffix(out, []byte("\n")) {
-			out = append(out, '\n')
-		}
-		out = append(out, hookInit(p, hooks)...)
-		gen := filepath.Join(genDir, filepath.FromSlash(f))
-		plan.Overlay.Replace[up] = gen
-		plan.Generated[gen] = out
-	}
 	return nil
 }
 

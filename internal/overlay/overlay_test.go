@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,13 +102,38 @@ func TestBuild(t *testing.T) {
 		{
 			name:     "extends: adds critlet files, hooks one file, leaves the rest",
 			upstream: []string{"p/k.go=" + hookedSrc, "p/other.go", "p/k_test.go"},
-			repo:     []string{"p/critlet_retry.go=" + addedSrc, "p/critlet_retry_test.go", "p/sub/s.go"},
+			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_ext_retry_test.go", "p/sub/s.go"},
 			patches:  []patched.Patch{extending("p", addHook)},
 			want: map[string]string{
-				"p/critlet_retry.go":            "p/critlet_retry.go",
+				"p/critlet_ext_retry.go":        "p/critlet_ext_retry.go",
 				"p/k.go":                        "gen:",
 				"p/critlet_zz_generated_ext.go": "gen:",
 			},
+		},
+		{
+			name:     "two extensions of one package: each adds its own files and hooks its own file",
+			upstream: []string{"p/k.go=" + hookedSrc, "p/j.go=" + hookedSrc},
+			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_more.go=" + addedSrc},
+			patches: []patched.Patch{extending("p", addHook), func() patched.Patch {
+				m := extending("p", patched.Hook{File: "p/j.go", Func: "(*K).Add", Line: "reject()", Call: "critletMore()"})
+				m.Name = "more"
+				return m
+			}()},
+			want: map[string]string{
+				"p/critlet_ext_retry.go":         "p/critlet_ext_retry.go",
+				"p/critlet_more.go":              "p/critlet_more.go",
+				"p/k.go":                         "gen:",
+				"p/j.go":                         "gen:",
+				"p/critlet_zz_generated_ext.go":  "gen:",
+				"p/critlet_zz_generated_more.go": "gen:",
+			},
+		},
+		{
+			name:     "a file no patch of the package owns",
+			upstream: []string{"p/k.go=" + hookedSrc},
+			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_stray.go=" + addedSrc},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  "critlet_stray.go: no patch of p owns this file",
 		},
 		{
 			name:     "an added file must be named critlet_*",
@@ -119,21 +145,21 @@ func TestBuild(t *testing.T) {
 		{
 			name:     "an added file without the build tag",
 			upstream: []string{"p/k.go=" + hookedSrc},
-			repo:     []string{"p/critlet_retry.go"},
+			repo:     []string{"p/critlet_ext_retry.go"},
 			patches:  []patched.Patch{extending("p", addHook)},
 			wantErr:  "must start with \"//go:build critlet_patch\"",
 		},
 		{
 			name:     "an added file with another build tag",
 			upstream: []string{"p/k.go=" + hookedSrc},
-			repo:     []string{"p/critlet_retry.go=//go:build linux\n\npackage x\n"},
+			repo:     []string{"p/critlet_ext_retry.go=//go:build linux\n\npackage x\n"},
 			patches:  []patched.Patch{extending("p", addHook)},
 			wantErr:  "want \"//go:build critlet_patch\"",
 		},
 		{
 			name:     "an added file may not replace upstream's",
-			upstream: []string{"p/k.go=" + hookedSrc, "p/critlet_x.go"},
-			repo:     []string{"p/critlet_x.go=" + addedSrc},
+			upstream: []string{"p/k.go=" + hookedSrc, "p/critlet_ext.go"},
+			repo:     []string{"p/critlet_ext.go=" + addedSrc},
 			patches:  []patched.Patch{extending("p", addHook)},
 			wantErr:  "an added file may not replace one",
 		},
@@ -142,19 +168,19 @@ func TestBuild(t *testing.T) {
 			upstream: []string{"p/k.go=" + hookedSrc},
 			repo:     []string{"p/critlet_zz_generated_ext.go=" + addedSrc},
 			patches:  []patched.Patch{extending("p", addHook)},
-			wantErr:  "which the build generates",
+			wantErr:  "no patch of p owns",
 		},
 		{
 			name:     "hook line gone upstream names the patch and the file",
 			upstream: []string{"p/k.go=package x\n\nfunc (k *K) Add() {\n\trefuse()\n}\n"},
-			repo:     []string{"p/critlet_retry.go=" + addedSrc},
+			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc},
 			patches:  []patched.Patch{extending("p", addHook)},
 			wantErr:  `patch ext: hook in p/k.go, (*K).Add, on line "reject()": the line occurs 0 times`,
 		},
 		{
 			name:     "hooked file gone upstream",
 			upstream: []string{"p/other.go"},
-			repo:     []string{"p/critlet_retry.go=" + addedSrc},
+			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc},
 			patches:  []patched.Patch{extending("p", addHook)},
 			wantErr:  "patch ext: hooked file p/k.go",
 		},
@@ -327,7 +353,7 @@ func TestApplyHooks(t *testing.T) {
 
 func TestApplyWritesPlanAndRemovesStaleFiles(t *testing.T) {
 	up := tree(t, "p/k.go="+hookedSrc)
-	repo := tree(t, "p/critlet_retry.go="+addedSrc)
+	repo := tree(t, "p/critlet_ext_retry.go="+addedSrc)
 	gen := filepath.Join(t.TempDir(), "gen")
 	stale := filepath.Join(gen, "p", "old.go")
 	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
@@ -418,9 +444,16 @@ func TestRealOverlayTouchesOnlyDeclaredPackages(t *testing.T) {
 			}
 			hooked := plan.Generated[filepath.Join(gen, filepath.FromSlash(h.File))]
 			a, b := strings.Split(strings.TrimSuffix(string(orig), "\n"), "\n"), strings.Split(strings.TrimSuffix(string(hooked), "\n"), "\n")
-			// After upstream's lines, one registering init per patch.
-			if len(b) != len(a)+1 || !strings.HasPrefix(b[len(a)], "func init() { critletHooked_") {
-				t.Fatalf("%s: %d lines hooked, %d upstream, ending %q: want upstream's and one init", h.File, len(b), len(a), b[len(b)-1])
+			// After upstream's lines, one registering init per patch hooking
+			// the file.
+			inits := patchesHooking(patched.Patches, h.File)
+			if len(b) != len(a)+inits {
+				t.Fatalf("%s: %d lines hooked, %d upstream: want upstream's and %d inits", h.File, len(b), len(a), inits)
+			}
+			for _, l := range b[len(a):] {
+				if !strings.HasPrefix(l, "func init() { critletHooked_") {
+					t.Fatalf("%s: line %q after upstream's, want a registering init", h.File, l)
+				}
 			}
 			b = b[:len(a)]
 			changed := 0
@@ -443,6 +476,16 @@ func TestRealOverlayTouchesOnlyDeclaredPackages(t *testing.T) {
 	}
 }
 
+func patchesHooking(patches []patched.Patch, file string) int {
+	n := 0
+	for _, p := range patches {
+		if slices.ContainsFunc(p.Hooks, func(h patched.Hook) bool { return h.File == file }) {
+			n++
+		}
+	}
+	return n
+}
+
 func countHooks(patches []patched.Patch, file string) int {
 	n := 0
 	for _, p := range patches {
@@ -463,9 +506,10 @@ func countHooks(patches []patched.Patch, file string) int {
 // that each patch has its generated registration.
 func checkTouchesExactly(t *testing.T, plan *Plan, up, repo string, patches []patched.Patch) {
 	t.Helper()
-	byDir := map[string]patched.Patch{}
+	byDir := map[string][]patched.Patch{}
 	for _, p := range patches {
-		byDir[filepath.Join(up, filepath.FromSlash(p.Package))] = p
+		dir := filepath.Join(up, filepath.FromSlash(p.Package))
+		byDir[dir] = append(byDir[dir], p)
 	}
 	hooked := map[string]bool{}
 	for _, p := range patches {
@@ -473,29 +517,35 @@ func checkTouchesExactly(t *testing.T, plan *Plan, up, repo string, patches []pa
 			hooked[filepath.Join(up, filepath.FromSlash(h.File))] = true
 		}
 	}
+	registration := map[string]bool{}
+	for _, p := range patches {
+		registration[registrationFile(p)] = true
+	}
 	for k, v := range plan.Overlay.Replace {
-		p, ok := byDir[filepath.Dir(k)]
+		ps, ok := byDir[filepath.Dir(k)]
 		if !ok {
 			t.Errorf("overlay key %s is outside the declared packages", k)
 			continue
 		}
+		p := ps[0] // a replaced package has one patch (patched.Validate)
 		base := filepath.Base(k)
 		if strings.HasSuffix(k, "_test.go") || filepath.Ext(k) != ".go" {
 			t.Errorf("overlay key %s is not a non-test Go file", k)
 		}
 		repoFile := filepath.Join(repo, filepath.FromSlash(p.Package), base)
+		owned := slices.ContainsFunc(ps, func(p patched.Patch) bool { return p.Owns(base) })
 		switch {
 		case v == "" && p.Replaces:
 		case v == "":
 			t.Errorf("overlay deletes %s from extended package %s", k, p.Package)
 		case plan.Generated[v] != nil:
-			if !hooked[k] && base != registrationFile(p) {
-				t.Errorf("overlay generates %s, neither hooked nor the registration", k)
+			if !hooked[k] && !registration[base] {
+				t.Errorf("overlay generates %s, neither hooked nor a registration", k)
 			}
 		case v != repoFile:
 			t.Errorf("overlay maps %s to %s, want the project's file of the same name", k, v)
-		case !p.Replaces && !strings.HasPrefix(base, patched.AddedFilePrefix):
-			t.Errorf("overlay adds %s to extended package %s", base, p.Package)
+		case !p.Replaces && !owned:
+			t.Errorf("overlay adds %s to extended package %s, a file no patch of it owns", base, p.Package)
 		}
 	}
 	nonTestGo := func(dir string) []string {
@@ -512,7 +562,8 @@ func checkTouchesExactly(t *testing.T, plan *Plan, up, repo string, patches []pa
 		}
 		return keep
 	}
-	for upDir, p := range byDir {
+	for upDir, ps := range byDir {
+		p := ps[0]
 		repoDir := filepath.Join(repo, filepath.FromSlash(p.Package))
 		ups, ours := nonTestGo(upDir), nonTestGo(repoDir)
 		if len(ups) == 0 || len(ours) == 0 {
@@ -532,8 +583,10 @@ func checkTouchesExactly(t *testing.T, plan *Plan, up, repo string, patches []pa
 				t.Errorf("project file %s is not added (overlay has %q)", filepath.Join(repoDir, b), got)
 			}
 		}
-		if _, ok := plan.Overlay.Replace[filepath.Join(upDir, registrationFile(p))]; !ok {
-			t.Errorf("patch %s has no registration file", p.Name)
+		for _, p := range ps {
+			if _, ok := plan.Overlay.Replace[filepath.Join(upDir, registrationFile(p))]; !ok {
+				t.Errorf("patch %s has no registration file", p.Name)
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/critlet/critlet/pkg/patched"
@@ -45,10 +46,12 @@ func replacePackage(plan *Plan, upPkg, repoPkg string) (string, error) {
 	return packageName(filepath.Join(repoPkg, ours[0]))
 }
 
-// extendPackage plans adding the project's files to the upstream package,
-// leaving upstream's own untouched. Every added file must be named
-// critlet_*.go and have no upstream namesake. It returns the package's name.
-func extendPackage(plan *Plan, upPkg, repoPkg string) (string, error) {
+// extendPackage plans adding p's files (patched.Patch.Owns) to the
+// upstream package, leaving upstream's own untouched. Every project file in
+// the directory must be named critlet_*.go, have no upstream namesake and
+// belong to one of the patches extending the package (mates, p included),
+// so no file is left out unnoticed. It returns the package's name.
+func extendPackage(plan *Plan, upPkg, repoPkg string, p patched.Patch, mates []patched.Patch) (string, error) {
 	stock, err := goFiles(upPkg)
 	if err != nil {
 		return "", fmt.Errorf("upstream package: %w", err)
@@ -57,6 +60,7 @@ func extendPackage(plan *Plan, upPkg, repoPkg string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("added files: %w", err)
 	}
+	added := 0
 	upstream := map[string]bool{}
 	for _, name := range stock {
 		upstream[name] = true
@@ -68,10 +72,20 @@ func extendPackage(plan *Plan, upPkg, repoPkg string) (string, error) {
 		if upstream[name] {
 			return "", fmt.Errorf("%s: upstream has a file of that name; an added file may not replace one", filepath.Join(repoPkg, name))
 		}
+		if !slices.ContainsFunc(mates, func(m patched.Patch) bool { return m.Owns(name) }) {
+			return "", fmt.Errorf("%s: no patch of %s owns this file; name it %s*.go after its patch", filepath.Join(repoPkg, name), p.Package, patched.AddedFilePrefix)
+		}
+		if !p.Owns(name) {
+			continue
+		}
 		if err := checkBuildTag(filepath.Join(repoPkg, name)); err != nil {
 			return "", err
 		}
 		plan.Overlay.Replace[filepath.Join(upPkg, name)] = filepath.Join(repoPkg, name)
+		added++
+	}
+	if added == 0 {
+		return "", fmt.Errorf("no file of %s in %s: want %s.go or %s_*.go", p.Name, repoPkg, p.FilePrefix(), p.FilePrefix())
 	}
 	return packageName(filepath.Join(upPkg, stock[0]))
 }

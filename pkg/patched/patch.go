@@ -80,13 +80,31 @@ const BuildTag = "critlet_patch"
 // upstream's.
 const AddedFilePrefix = "critlet_"
 
+// Identifier is the patch's name as a Go identifier.
+func (p Patch) Identifier() string {
+	return strings.NewReplacer("-", "_", ".", "_").Replace(p.Name)
+}
+
+// FilePrefix starts the name of every file patch p adds to an upstream
+// package: critlet_<identifier>.go or critlet_<identifier>_*.go, so that
+// patches extending the same package each know their own files.
+func (p Patch) FilePrefix() string { return AddedFilePrefix + p.Identifier() }
+
+// Owns reports whether the file named base is one p adds.
+func (p Patch) Owns(base string) bool {
+	return base == p.FilePrefix()+".go" || strings.HasPrefix(base, p.FilePrefix()+"_") && strings.HasSuffix(base, ".go")
+}
+
 // Validate reports the first malformed declaration in patches: empty or
 // repeated names, unclean package paths, a package patched twice, hooks
 // outside the patch's package or with an empty line or call, a replacement
-// with hooks (it owns the whole package), a patch without proof.
+// with hooks (it owns the whole package), a patch without proof. Several
+// patches may extend one package, each with its own files and hooked files;
+// a replaced package has one patch. Patches may hook the same file, never
+// the same line.
 func Validate(patches []Patch) error {
 	names := map[string]bool{}
-	pkgs := map[string]string{}
+	pkgs := map[string][]Patch{}
 	for _, p := range patches {
 		if p.Name == "" || strings.ContainsAny(p.Name, " \t\n,") {
 			return fmt.Errorf("patch %q: the name must be non-empty, without spaces or commas", p.Name)
@@ -98,10 +116,17 @@ func Validate(patches []Patch) error {
 		if err := checkRelPath(p.Package); err != nil {
 			return fmt.Errorf("patch %q: package: %w", p.Name, err)
 		}
-		if other, ok := pkgs[p.Package]; ok {
-			return fmt.Errorf("patch %q: package %s is already patched by %q; one patch per package", p.Name, p.Package, other)
+		for _, other := range pkgs[p.Package] {
+			if p.Replaces || other.Replaces {
+				return fmt.Errorf("patch %q: package %s is also patched by %q; a replaced package has no other patch", p.Name, p.Package, other.Name)
+			}
+			// Each extension's files are told apart by their prefix.
+			a, b := p.FilePrefix()+"_", other.FilePrefix()+"_"
+			if strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
+				return fmt.Errorf("patch %q: its files could not be told from those of %q in %s; rename one", p.Name, other.Name, p.Package)
+			}
 		}
-		pkgs[p.Package] = p.Name
+		pkgs[p.Package] = append(pkgs[p.Package], p)
 		if p.Change == "" || len(p.Issues) == 0 {
 			return fmt.Errorf("patch %q: say what it changes and which upstream issues it answers", p.Name)
 		}

@@ -22,6 +22,13 @@ func TestValidateRefuses(t *testing.T) {
 	if err := Validate([]Patch{ok}); err != nil {
 		t.Fatalf("valid patch refused: %v", err)
 	}
+	// Two extensions of one package, each hooking its own file.
+	second := ok
+	second.Name = "q"
+	second.Hooks = []Hook{{File: "pkg/a/b.go", Func: "f", Line: "g()", Call: "h()"}}
+	if err := Validate([]Patch{ok, second}); err != nil {
+		t.Fatalf("two extensions of one package refused: %v", err)
+	}
 	with := func(f func(*Patch)) []Patch {
 		p := ok
 		p.Hooks = append([]Hook(nil), ok.Hooks...)
@@ -36,7 +43,13 @@ func TestValidateRefuses(t *testing.T) {
 		{"no name", with(func(p *Patch) { p.Name = "" }), "name"},
 		{"comma in name", with(func(p *Patch) { p.Name = "a,b" }), "name"},
 		{"twice", append(with(func(*Patch) {}), ok), "declared twice"},
-		{"package twice", append(with(func(*Patch) {}), func() Patch { p := ok; p.Name = "q"; return p }()), "already patched"},
+		{"replaced package patched again", append(with(func(p *Patch) { p.Hooks = nil; p.Replaces = true }), func() Patch { p := ok; p.Name = "q"; return p }()), "a replaced package has no other patch"},
+		{"files alike", append(with(func(*Patch) {}), func() Patch {
+			p := ok
+			p.Name = "p-q"
+			p.Hooks = []Hook{{File: "pkg/a/b.go", Func: "f", Line: "g()", Call: "h()"}}
+			return p
+		}()), "could not be told"},
 		{"unclean package", with(func(p *Patch) { p.Package = "pkg/a/" }), "clean"},
 		{"escaping package", with(func(p *Patch) { p.Package = "../a" }), "clean"},
 		{"no issue", with(func(p *Patch) { p.Issues = nil }), "upstream issues"},

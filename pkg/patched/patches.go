@@ -59,6 +59,66 @@ var Patches = []Patch{
 			},
 		},
 	},
+	{
+		Name:   "preemption-resume",
+		Change: "each critical-pod preemption's victims are recorded under the kubelet's root directory before the first is killed, and a kubelet restarted mid-preemption continues it: the same victims, their remaining grace period, no second Preempting event",
+		Issues: []string{
+			"https://github.com/kubernetes/kubernetes/issues/112360",
+			"https://github.com/kubernetes/kubernetes/issues/125774",
+			"https://github.com/kubernetes/kubernetes/issues/78405",
+		},
+		Setting: "critical-preemption-resume",
+		Package: "pkg/kubelet",
+		Hooks: []Hook{{
+			// The handler is built here, with upstream's fixed signature;
+			// only NewMainKubelet knows the root directory.
+			File: "pkg/kubelet/kubelet.go",
+			Func: "NewMainKubelet",
+			Line: "criticalPodAdmissionHandler := preemption.NewCriticalPodAdmissionHandler(klet.getAllocatedPods, killPodNow(ctx, klet.podWorkers, kubeDeps.Recorder), kubeDeps.Recorder)",
+			Call: "critletResumePreemptions(ctx, rootDirectory)",
+		}},
+		Proof: []Reach{{
+			From: UpstreamModule + "/pkg/kubelet.NewMainKubelet",
+			To:   critletModule + "/pkg/kubelet/preemption/checkpoint.Open",
+		}},
+	},
+	{
+		Name:   "outage-recovery",
+		Change: "a terminating pod's kill that failed with the container runtime unreachable is retried as soon as the runtime answers, and a container the runtime lost while its pod was being terminated is not counted as a restart",
+		Issues: []string{
+			"https://github.com/kubernetes/kubernetes/issues/92906",
+			"https://github.com/kubernetes/kubernetes/issues/78405",
+		},
+		Setting: "critical-preemption-outage-recovery",
+		Package: "pkg/kubelet",
+		Hooks: []Hook{
+			{
+				// After upstream queued the failed sync for its backoff.
+				File: "pkg/kubelet/pod_workers.go",
+				Func: "(*podWorkers).completeWork",
+				Line: "p.workQueue.Enqueue(podUID, wait.Jitter(backoff, workerBackOffPeriodJitterFactor))",
+				Call: "p.critletRetryUnreachableKill(logger, podUID, syncErr)",
+			},
+			{
+				// Upstream infers a restart for a container gone missing
+				// from the runtime's answer unless the pod was deleted.
+				File: "pkg/kubelet/kubelet_pods.go",
+				Func: "(*Kubelet).convertToAPIContainerStatuses",
+				Line: "status.RestartCount += 1",
+				Call: "status.RestartCount -= kl.critletRestartsNotCounted(logger, pod, status)",
+			},
+		},
+		Proof: []Reach{
+			{
+				From: UpstreamModule + "/pkg/kubelet.(*podWorkers).completeWork",
+				To:   critletModule + "/pkg/kubelet/killretry.(*Tracker).Failed",
+			},
+			{
+				From: UpstreamModule + "/pkg/kubelet.(*Kubelet).convertToAPIContainerStatuses",
+				To:   UpstreamModule + "/pkg/kubelet.(*Kubelet).critletRestartsNotCounted",
+			},
+		},
+	},
 }
 
 // Named returns the declared patch called name.

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/critlet/critlet/pkg/kubelet/preemption/checkpoint"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/termination"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
 )
@@ -26,6 +28,12 @@ type admission struct {
 	victims []*v1.Pod
 	failed  []failure
 	replans int
+
+	// With --critical-preemption-resume: where the preemption is recorded,
+	// the record, and the victims a previous kubelet had already signalled.
+	store   *checkpoint.Store
+	record  checkpoint.Preemption
+	resumed map[types.UID]checkpoint.Victim
 }
 
 type failure struct {
@@ -45,16 +53,16 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 	if err != nil {
 		return c.refuse(admitPod, err)
 	}
+	a := &admission{handler: c, logger: klog.FromContext(ctx), admitPod: admitPod, reqs: reqs,
+		slots: termination.NewSlots(c.opts.Parallelism)}
 	selecting := time.Now()
-	plan, err := victims.Select(c.opts.Policy, reqs, cands)
+	plan, err := a.resumeOrSelect(pods, cands)
 	selection := time.Since(selecting)
 	if err != nil {
 		selectionDuration.WithLabelValues(policy).Observe(selection.Seconds())
 		return c.refuse(admitPod, err)
 	}
 
-	a := &admission{handler: c, logger: klog.FromContext(ctx), admitPod: admitPod, reqs: reqs,
-		slots: termination.NewSlots(c.opts.Parallelism)}
 	if len(reqs) > 0 {
 		a.signal = reqs[0].Resource
 	}
@@ -70,6 +78,7 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 			victimPods[k] = pods[i]
 			tried[i] = true
 		}
+		a.recordVictims(victimPods)
 		verdicts := a.terminate(ctx, victimPods)
 		for k, i := range plan {
 			if verdicts[k] == nil {
@@ -102,6 +111,7 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 			plan = append(plan, untried[k])
 		}
 	}
+	a.finish()
 	selectionDuration.WithLabelValues(policy).Observe(selection.Seconds())
 	victimsPerAdmission.WithLabelValues(policy).Observe(float64(len(a.victims)))
 	elapsed := time.Since(start)

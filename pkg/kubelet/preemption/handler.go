@@ -52,7 +52,7 @@ func NewCriticalPodAdmissionHandler(getPodsFunc eviction.ActivePodsFunc, killPod
 	klog.Background().Info("critlet critical-pod admission handler installed",
 		"patches", strings.Join(patchNames(), ","), "on", strings.Join(opts.PatchesOn(), ","),
 		"policy", opts.Policy, "parallelism", opts.Parallelism, "maxReplans", opts.MaxReplans, "killTimeout", opts.KillTimeout,
-		"staticPodReadmission", opts.StaticPodReadmission)
+		"resume", opts.Resume, "outageRecovery", opts.OutageRecovery, "staticPodReadmission", opts.StaticPodReadmission)
 	return newHandler(getPodsFunc, killPodFunc, recorder, opts)
 }
 

@@ -45,6 +45,18 @@ var (
 		Help:           "Re-planning rounds: further victims chosen because earlier ones failed to terminate.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"policy"})
+	resumedPreemptions = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      kubeletmetrics.KubeletSubsystem,
+		Name:           "critical_preemption_resumed_total",
+		Help:           "Preemptions an earlier kubelet began and recorded, continued by this one (--critical-preemption-resume).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	outageWaits = metrics.NewCounter(&metrics.CounterOpts{
+		Subsystem:      kubeletmetrics.KubeletSubsystem,
+		Name:           "critical_preemption_outage_waits_total",
+		Help:           "Further waits for a victim whose kill was being retried after the container runtime was unreachable (--critical-preemption-outage-recovery).",
+		StabilityLevel: metrics.ALPHA,
+	})
 
 	registerOnce sync.Once
 )
@@ -54,6 +66,6 @@ var (
 // this handler, so this runs at the same point of start-up.
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(selectionDuration, admissionDuration, victimsPerAdmission, killFailures, replans)
+		legacyregistry.MustRegister(selectionDuration, admissionDuration, victimsPerAdmission, killFailures, replans, resumedPreemptions, outageWaits)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/events"
 	"k8s.io/kubernetes/pkg/kubelet/metrics"
 
+	"github.com/critlet/critlet/pkg/kubelet/killretry"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/termination"
 )
 
@@ -36,13 +37,20 @@ func (a *admission) terminate(ctx context.Context, pods []*v1.Pod) []error {
 	return termination.Run(ctx, len(pods), a.slots, termination.Funcs{
 		Start: func(i int) {
 			pod := pods[i]
+			if left, ok := a.resumedKill(pod); ok {
+				// Signalled by the kubelet before this one, with its event.
+				a.logger.Info("Resuming a victim's kill begun by an earlier kubelet", "pod", klog.KObj(pod), "podUID", pod.UID,
+					"gracePeriodLeft", left, "requestingPod", klog.KObj(a.admitPod))
+				return
+			}
+			a.killStarted(pod)
 			c.recorder.Eventf(pod, v1.EventTypeWarning, events.PreemptContainer, victimMessage)
 			a.logger.V(2).Info("Preempting pod to free up resources", "pod", klog.KObj(pod), "podUID", pod.UID,
 				"insufficientResources", a.need, "requestingPod", klog.KObj(a.admitPod))
 		},
 		// Blocks until the pod's containers are stopped or the pod workers
 		// give up; they keep retrying in later syncs either way.
-		Kill:    func(i int) error { return c.killPodFunc(pods[i], true, nil, preemptedStatus(pods[i])) },
+		Kill:    func(i int) error { return a.kill(pods[i]) },
 		Timeout: func(i int) time.Duration { return c.killWait(pods[i]) },
 		Done: func(i int, verdict error) {
 			pod := pods[i]
@@ -69,6 +77,40 @@ func (a *admission) terminate(ctx context.Context, pods []*v1.Pod) []error {
 		},
 	})
 }
+
+// kill asks the pod workers to kill pod and waits, as the stock kubelet
+// does, for at most 1.5 times its grace period (at least 10s). A victim an
+// earlier kubelet signalled is given only the grace it has left (the
+// runtime then waits at least 2s before the forced stop). With
+// --critical-preemption-outage-recovery, a wait that ends while the pod
+// workers are retrying the kill because the runtime was unreachable is
+// begun again, at most maxOutageWaits times: the victim still holds its
+// resources, and the retry is under way.
+func (a *admission) kill(pod *v1.Pod) error {
+	c := a.handler
+	var override *int64
+	if left, ok := a.resumedKill(pod); ok {
+		override = &left
+	}
+	seen := killretry.Shared.Retries(pod.UID)
+	err := c.killPodFunc(pod, true, override, preemptedStatus(pod))
+	for n := 0; err != nil && c.opts.OutageRecovery && n < maxOutageWaits; n++ {
+		retries := killretry.Shared.Retries(pod.UID)
+		if retries == seen {
+			break
+		}
+		outageWaits.Inc()
+		a.logger.Info("Waiting on for a victim whose kill is being retried after the container runtime was unreachable", "pod", klog.KObj(pod),
+			"retries", retries-seen, "requestingPod", klog.KObj(a.admitPod), "err", err)
+		seen = retries
+		err = c.killPodFunc(pod, true, override, preemptedStatus(pod))
+	}
+	return err
+}
+
+// maxOutageWaits bounds how many more times admission waits for one victim
+// whose kill is retried through a runtime outage.
+const maxOutageWaits = 3
 
 // killWait is how long admission waits for pod to terminate: unbounded (as
 // long as the pod workers wait) unless KillTimeout is set, and never less

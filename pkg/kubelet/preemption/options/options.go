@@ -45,6 +45,20 @@ type Options struct {
 	// static pod refused at admission is admitted again once it can be.
 	// Off, the kubelet never retries it, as the stock kubelet.
 	StaticPodReadmission bool
+	// Resume turns on the preemption-resume patch: each preemption's victims
+	// are recorded in a checkpoint under the kubelet's root directory before
+	// the first is killed, and a kubelet restarted mid-preemption continues
+	// it (the same victims, their remaining grace, no second Preempting
+	// event) instead of starting again. Off, a restarted kubelet preempts
+	// anew, as the stock kubelet.
+	Resume bool
+	// OutageRecovery turns on the outage-recovery patch: a pod's kill that
+	// failed because the container runtime was unreachable is retried as
+	// soon as the runtime answers (bounded backoff, not the pod workers'
+	// 10s), admission waits on for such a victim, and a container the
+	// runtime briefly lost while its pod was being terminated is not counted
+	// as a restart. Off, as the stock kubelet.
+	OutageRecovery bool
 }
 
 // Limits of the settings; values outside them are refused.
@@ -96,6 +110,9 @@ const (
 	FlagMaxReplans  = "critical-preemption-max-replans"
 	FlagKillTimeout = "critical-preemption-kill-timeout"
 
+	FlagResume         = "critical-preemption-resume"
+	FlagOutageRecovery = "critical-preemption-outage-recovery"
+
 	FlagStaticPodReadmission = "critical-static-pod-readmission"
 )
 
@@ -110,12 +127,15 @@ var envOf = map[string]string{
 	FlagMaxReplans:  "CRITLET_PREEMPTION_MAX_REPLANS",
 	FlagKillTimeout: "CRITLET_PREEMPTION_KILL_TIMEOUT",
 
+	FlagResume:         "CRITLET_PREEMPTION_RESUME",
+	FlagOutageRecovery: "CRITLET_PREEMPTION_OUTAGE_RECOVERY",
+
 	FlagStaticPodReadmission: "CRITLET_STATIC_POD_READMISSION",
 }
 
 // Flags returns critlet's flag names, in the order --help lists them.
 func Flags() []string {
-	return []string{FlagPolicy, FlagParallelism, FlagMaxReplans, FlagKillTimeout, FlagStaticPodReadmission}
+	return []string{FlagPolicy, FlagParallelism, FlagMaxReplans, FlagKillTimeout, FlagResume, FlagOutageRecovery, FlagStaticPodReadmission}
 }
 
 // EnvVar returns the environment variable that stands for flag.
@@ -146,6 +166,10 @@ func FlagSet(o *Options) *pflag.FlagSet {
 		"How many times, 0 to %d, further victims are chosen when victims fail to terminate; 0 (default) admits the critical pod regardless, as the stock kubelet does. Env %s.", MaxReplans, envOf[FlagMaxReplans]))
 	fs.DurationVar(&o.KillTimeout, FlagKillTimeout, o.KillTimeout, fmt.Sprintf(
 		"How long admission waits for one victim before counting it as failed (the kubelet keeps terminating it), never less than the victim's grace period plus 2s; 0 waits as long as the kubelet's pod workers do. Env %s.", envOf[FlagKillTimeout]))
+	fs.BoolVar(&o.Resume, FlagResume, o.Resume, fmt.Sprintf(
+		"Record each preemption's victims in a checkpoint under the kubelet's root directory before the first is killed, so a kubelet restarted mid-preemption continues it: the same victims, their remaining grace period, no second Preempting event; off (default), it preempts anew, as the stock kubelet. Env %s.", envOf[FlagResume]))
+	fs.BoolVar(&o.OutageRecovery, FlagOutageRecovery, o.OutageRecovery, fmt.Sprintf(
+		"Retry a pod's kill that failed because the container runtime was unreachable as soon as it answers (backoff 250ms doubling to 2s) rather than after the pod workers' 10s, let admission wait on for such a victim, and never count a container the runtime lost while its pod was being terminated as a restart; off (default), as the stock kubelet. Env %s.", envOf[FlagOutageRecovery]))
 	fs.BoolVar(&o.StaticPodReadmission, FlagStaticPodReadmission, o.StaticPodReadmission, fmt.Sprintf(
 		"Admit a static pod again, through the same admit handlers, once a pod active at its refusal has left or its backoff (2s doubling to 1m) has expired; off (default), a refused static pod stays Failed until the kubelet restarts, as with the stock kubelet. Env %s.", envOf[FlagStaticPodReadmission]))
 	return fs
@@ -215,9 +239,10 @@ func Current() Options {
 
 // String renders o as flags.
 func (o Options) String() string {
-	return fmt.Sprintf("--%s=%s --%s=%s --%s=%s --%s=%s --%s=%t",
+	return fmt.Sprintf("--%s=%s --%s=%s --%s=%s --%s=%s --%s=%t --%s=%t --%s=%t",
 		FlagPolicy, o.Policy, FlagParallelism, strconv.Itoa(o.Parallelism),
 		FlagMaxReplans, strconv.Itoa(o.MaxReplans), FlagKillTimeout, o.KillTimeout,
+		FlagResume, o.Resume, FlagOutageRecovery, o.OutageRecovery,
 		FlagStaticPodReadmission, o.StaticPodReadmission)
 }
 
@@ -229,6 +254,10 @@ func (o Options) On(p patched.Patch) bool {
 		return true
 	case FlagStaticPodReadmission:
 		return o.StaticPodReadmission
+	case FlagResume:
+		return o.Resume
+	case FlagOutageRecovery:
+		return o.OutageRecovery
 	default:
 		return false
 	}

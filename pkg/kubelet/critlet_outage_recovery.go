@@ -1,0 +1,87 @@
+//go:build critlet_patch
+
+package kubelet
+
+// critlet's outage-recovery patch (pkg/patched): what a container runtime
+// outage does to a pod the kubelet is terminating.
+//
+//   - Upstream's pod workers retry a failed sync after 10s; a kill cut off
+//     by a runtime restart therefore waits that long after the runtime is
+//     back (kubernetes#92906). Here a terminating pod whose kill failed with
+//     the runtime unreachable is retried on package killretry's schedule
+//     (250ms doubling to 2s), through the same work queue.
+//   - While the runtime restarts, a running container may be missing from
+//     its answer; upstream then counts a restart unless the pod was deleted
+//     (convertToAPIContainerStatuses). A pod the kubelet is terminating is
+//     not restarted either, so no restart is counted for it.
+//
+// With the setting off both hooks return at once.
+
+import (
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+
+	"github.com/critlet/critlet/pkg/kubelet/killretry"
+	critletoptions "github.com/critlet/critlet/pkg/kubelet/preemption/options"
+)
+
+var critletUnreachableKillRetries = metrics.NewCounter(&metrics.CounterOpts{
+	Subsystem:      "kubelet",
+	Name:           "runtime_unreachable_kill_retries_total",
+	Help:           "Kills of terminating pods retried early by critlet's outage-recovery because the container runtime was unreachable.",
+	StabilityLevel: metrics.ALPHA,
+})
+
+var (
+	critletOutageOnce sync.Once
+	critletOutageOn   bool
+)
+
+// critletOutageRecovery reports whether the patch is on. The settings are
+// read once, after the kubelet main published them.
+func critletOutageRecovery() bool {
+	critletOutageOnce.Do(func() {
+		critletOutageOn = critletoptions.Current().OutageRecovery
+		if critletOutageOn {
+			legacyregistry.MustRegister(critletUnreachableKillRetries)
+		}
+	})
+	return critletOutageOn
+}
+
+// critletRetryUnreachableKill runs after completeWork queued uid's failed
+// sync for the usual backoff; for a terminating pod whose sync failed with
+// the runtime unreachable it queues the retry sooner instead.
+func (p *podWorkers) critletRetryUnreachableKill(logger klog.Logger, uid types.UID, syncErr error) {
+	if !critletOutageRecovery() || !killretry.Unreachable(syncErr) {
+		return
+	}
+	p.podLock.Lock()
+	status, ok := p.podSyncStatuses[uid]
+	terminating := ok && status.IsTerminationRequested() && !status.IsTerminated()
+	p.podLock.Unlock()
+	if !terminating {
+		return
+	}
+	delay := killretry.Shared.Failed(uid, p.clock.Now())
+	p.workQueue.Enqueue(uid, delay)
+	critletUnreachableKillRetries.Inc()
+	logger.Info("Killing a pod failed with the container runtime unreachable; retrying soon", "podUID", uid, "after", delay.Round(time.Millisecond), "err", syncErr)
+}
+
+// critletRestartsNotCounted returns how many of the restarts just counted
+// for a container the runtime did not list are not restarts: all of them
+// when the kubelet is terminating pod.
+func (kl *Kubelet) critletRestartsNotCounted(logger klog.Logger, pod *v1.Pod, status *v1.ContainerStatus) int32 {
+	if !critletOutageRecovery() || !kl.podWorkers.IsPodTerminationRequested(pod.UID) {
+		return 0
+	}
+	logger.V(2).Info("Not counting a restart for a container missing while its pod is terminated", "pod", klog.KObj(pod), "podUID", pod.UID, "containerName", status.Name)
+	return 1
+}

@@ -1,0 +1,127 @@
+package preemption
+
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/critlet/critlet/pkg/kubelet/preemption/checkpoint"
+	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+)
+
+// resumeOrSelect returns the first round's victims, as indexes into pods
+// and cands. With --critical-preemption-resume and a preemption recorded
+// for the critical pod by an earlier kubelet, its victims still on the node
+// come first, and only a shortfall they no longer cover is selected for
+// among the other pods; otherwise the victims are selected as ever.
+func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([]int, error) {
+	c := a.handler
+	if c.opts.Resume {
+		a.store = checkpoint.Installed()
+	}
+	if a.store == nil {
+		return victims.Select(c.opts.Policy, a.reqs, cands)
+	}
+	prior, ok := a.store.Find(a.admitPod.UID)
+	if !ok {
+		return victims.Select(c.opts.Policy, a.reqs, cands)
+	}
+	recorded := map[types.UID]checkpoint.Victim{}
+	for _, v := range prior.Victims {
+		recorded[v.UID] = v
+	}
+	var plan []int
+	tried := make([]bool, len(cands))
+	a.resumed = map[types.UID]checkpoint.Victim{}
+	for i, p := range pods {
+		if v, ok := recorded[p.UID]; ok {
+			plan = append(plan, i)
+			tried[i] = true
+			a.resumed[p.UID] = v
+		}
+	}
+	rest := victims.Remaining(a.reqs, cands, plan)
+	a.logger.Info("Resuming the preemption an earlier kubelet began for this pod", "requestingPod", klog.KObj(a.admitPod),
+		"began", prior.Started, "recorded", len(prior.Victims), "stillHere", len(plan), "shortfall", victims.FormatRequirements(rest))
+	resumedPreemptions.Inc()
+	if victims.Met(rest) {
+		return plan, nil
+	}
+	untried, sub := untriedCandidates(cands, tried)
+	more, err := victims.Select(c.opts.Policy, rest, sub)
+	if err != nil {
+		// The node changed under the record: choose afresh.
+		a.logger.Info("The recorded victims no longer make room; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod), "err", err)
+		a.resumed = nil
+		return victims.Select(c.opts.Policy, a.reqs, cands)
+	}
+	for _, k := range more {
+		plan = append(plan, untried[k])
+	}
+	return plan, nil
+}
+
+// recordVictims writes, before any of them is killed, that pods are (with
+// the earlier rounds' victims) this preemption's victims. A failed write
+// costs only the resumption after a crash: it is logged and the preemption
+// goes on, as it would without the setting.
+func (a *admission) recordVictims(pods []*v1.Pod) {
+	if a.store == nil {
+		return
+	}
+	if a.record.PodUID == "" {
+		a.record = checkpoint.Preemption{PodUID: a.admitPod.UID, Namespace: a.admitPod.Namespace, Name: a.admitPod.Name, Started: time.Now()}
+	}
+	for _, p := range pods {
+		v := checkpoint.Victim{UID: p.UID, Namespace: p.Namespace, Name: p.Name, GracePeriodSeconds: gracePeriodSeconds(p)}
+		if prior, ok := a.resumed[p.UID]; ok {
+			v = prior
+		}
+		a.record.Victims = append(a.record.Victims, v)
+	}
+	if err := a.store.Record(a.record); err != nil {
+		a.logger.Error(err, "Could not record the preemption's victims; a kubelet restarted before it ends would preempt anew", "requestingPod", klog.KObj(a.admitPod))
+	}
+}
+
+// killStarted records that pod's kill starts now, unless an earlier kubelet
+// started it.
+func (a *admission) killStarted(pod *v1.Pod) {
+	if a.store == nil {
+		return
+	}
+	if err := a.store.Started(a.admitPod.UID, pod.UID, time.Now()); err != nil {
+		a.logger.Error(err, "Could not record a victim's kill", "pod", klog.KObj(pod), "requestingPod", klog.KObj(a.admitPod))
+	}
+}
+
+// finish drops the record: the preemption is over.
+func (a *admission) finish() {
+	if a.store == nil || a.record.PodUID == "" {
+		return
+	}
+	if err := a.store.Finish(a.admitPod.UID); err != nil {
+		a.logger.Error(err, "Could not clear the finished preemption from the checkpoint", "requestingPod", klog.KObj(a.admitPod))
+	}
+}
+
+// resumedKill returns, for a victim an earlier kubelet already signalled,
+// the grace period left to it; ok is false for any other victim.
+func (a *admission) resumedKill(pod *v1.Pod) (left int64, ok bool) {
+	v, found := a.resumed[pod.UID]
+	if !found {
+		return 0, false
+	}
+	return v.Remaining(time.Now())
+}
+
+// gracePeriodSeconds is the grace the kubelet gives pod when it is killed
+// without an override.
+func gracePeriodSeconds(pod *v1.Pod) int64 {
+	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil && *s > 0 {
+		return *s
+	}
+	return 0
+}

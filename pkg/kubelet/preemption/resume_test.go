@@ -1,0 +1,274 @@
+package preemption
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+
+	"github.com/critlet/critlet/pkg/kubelet/killretry"
+	"github.com/critlet/critlet/pkg/kubelet/preemption/checkpoint"
+	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+)
+
+// installStore installs a checkpoint store under a fresh root for the test.
+func installStore(t *testing.T) (*checkpoint.Store, string) {
+	t.Helper()
+	root := t.TempDir()
+	s, err := checkpoint.Open(klog.Background(), root, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkpoint.Install(s)
+	t.Cleanup(func() { checkpoint.Install(nil) })
+	return s, root
+}
+
+type killCall struct {
+	pod      string
+	override *int64
+}
+
+// recordingKill records each kill and its grace override.
+type recordingKill struct {
+	mu    sync.Mutex
+	calls []killCall
+	also  func(pod *v1.Pod) error
+}
+
+func (k *recordingKill) kill(pod *v1.Pod, _ bool, override *int64, _ func(*v1.PodStatus)) error {
+	k.mu.Lock()
+	k.calls = append(k.calls, killCall{pod.Name, override})
+	k.mu.Unlock()
+	if k.also != nil {
+		return k.also(pod)
+	}
+	return nil
+}
+
+func (k *recordingKill) names() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for _, c := range k.calls {
+		out = append(out, c.pod)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func drainEvents(rec *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func count(events []string, reason string) int {
+	n := 0
+	for _, e := range events {
+		if strings.Contains(e, " "+reason+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+var resumeCast = []*v1.Pod{bestEffortPod, smallBurstable, largeBurstable, smallGuaranteed, largeGuaranteed}
+
+func resuming() options.Options {
+	o := options.Defaults()
+	o.Resume = true
+	return o
+}
+
+// A kubelet restarted mid-preemption finds the victims an earlier one
+// recorded: it kills those, the one already signalled with the grace it has
+// left and no second Preempting event, the one never started in full and
+// with its event; then it clears the record.
+func TestResumeContinuesTheRecordedPreemption(t *testing.T) {
+	store, _ := installStore(t)
+	began := time.Now().Add(-4 * time.Second)
+	if err := store.Record(checkpoint.Preemption{PodUID: clusterCritPod.UID, Namespace: clusterCritPod.Namespace, Name: clusterCritPod.Name, Started: began,
+		Victims: []checkpoint.Victim{
+			{UID: largeBurstable.UID, Namespace: "default", Name: largeBurstable.Name, GracePeriodSeconds: 10, KillStarted: began},
+			{UID: largeGuaranteed.UID, Namespace: "default", Name: largeGuaranteed.Name, GracePeriodSeconds: 10},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	k := &recordingKill{}
+	rec := record.NewFakeRecorder(20)
+	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
+		t.Fatalf("killed %v, want the recorded victims", got)
+	}
+	for _, c := range k.calls {
+		switch c.pod {
+		case largeBurstable.Name:
+			if c.override == nil || *c.override < 5 || *c.override > 6 {
+				t.Errorf("signalled 4s ago with grace 10s: override %v, want 6s left", c.override)
+			}
+		case largeGuaranteed.Name:
+			if c.override != nil {
+				t.Errorf("never signalled: override %d, want its own grace", *c.override)
+			}
+		}
+	}
+	events := drainEvents(rec)
+	if n := count(events, "Preempting"); n != 1 {
+		t.Errorf("%d Preempting events, want 1 (only the victim never signalled): %q", n, events)
+	}
+	if _, ok := store.Find(clusterCritPod.UID); ok {
+		t.Error("the finished preemption is still recorded")
+	}
+}
+
+// The victims are on disk before the first kill, each kill's start before
+// that kill; the record is gone once admission ends.
+func TestResumeRecordsBeforeKilling(t *testing.T) {
+	_, root := installStore(t)
+	k := &recordingKill{}
+	k.also = func(pod *v1.Pod) error {
+		// What a kubelet starting now would read.
+		s, err := checkpoint.Open(klog.Background(), root, time.Now)
+		if err != nil {
+			return err
+		}
+		p, ok := s.Find(clusterCritPod.UID)
+		if !ok || len(p.Victims) != 2 {
+			t.Errorf("killing %s: recorded %+v, %v; want both victims", pod.Name, p, ok)
+			return nil
+		}
+		for _, v := range p.Victims {
+			if v.UID == pod.UID && v.KillStarted.IsZero() {
+				t.Errorf("killing %s before its start was recorded", pod.Name)
+			}
+		}
+		return nil
+	}
+	rec := record.NewFakeRecorder(20)
+	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
+		t.Fatalf("killed %v", got)
+	}
+	if n := count(drainEvents(rec), "Preempting"); n != 2 {
+		t.Errorf("%d Preempting events, want 2", n)
+	}
+	s, err := checkpoint.Open(klog.Background(), root, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Find(clusterCritPod.UID); ok {
+		t.Error("the finished preemption is still on disk")
+	}
+}
+
+// Without the setting a record is neither read nor written: a restarted
+// kubelet preempts anew, as the stock kubelet.
+func TestResumeOffIgnoresTheRecord(t *testing.T) {
+	store, _ := installStore(t)
+	prior := checkpoint.Preemption{PodUID: clusterCritPod.UID, Started: time.Now(),
+		Victims: []checkpoint.Victim{{UID: smallBurstable.UID, GracePeriodSeconds: 10, KillStarted: time.Now()}}}
+	if err := store.Record(prior); err != nil {
+		t.Fatal(err)
+	}
+	k := &recordingKill{}
+	rec := record.NewFakeRecorder(20)
+	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, options.Defaults())
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
+		t.Fatalf("killed %v, want upstream's choice", got)
+	}
+	if n := count(drainEvents(rec), "Preempting"); n != 2 {
+		t.Errorf("%d Preempting events, want 2", n)
+	}
+	if got, ok := store.Find(clusterCritPod.UID); !ok || len(got.Victims) != 1 {
+		t.Errorf("the record was touched with the setting off: %+v, %v", got, ok)
+	}
+}
+
+// Recorded victims that no longer cover the shortfall (one has left) are
+// kept, and only what they miss is chosen among the other pods.
+func TestResumeChoosesOnlyWhatTheRecordedVictimsMiss(t *testing.T) {
+	store, _ := installStore(t)
+	if err := store.Record(checkpoint.Preemption{PodUID: clusterCritPod.UID, Started: time.Now(),
+		Victims: []checkpoint.Victim{
+			{UID: smallBurstable.UID, GracePeriodSeconds: 10, KillStarted: time.Now()},
+			{UID: "uid-gone", GracePeriodSeconds: 10, KillStarted: time.Now()},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	k := &recordingKill{}
+	rec := record.NewFakeRecorder(20)
+	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(350), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	got := k.names()
+	if !slices.Contains(got, smallBurstable.Name) || len(got) < 2 {
+		t.Fatalf("killed %v, want the recorded small-burstable and more for the 250Mi it leaves", got)
+	}
+	if n := count(drainEvents(rec), "Preempting"); n != len(got)-1 {
+		t.Errorf("%d Preempting events for %d victims, one resumed", n, len(got))
+	}
+}
+
+// With outage recovery, a kill whose wait ended while the pod workers were
+// retrying it (the runtime was unreachable) is waited for again; without,
+// the first wait's verdict stands.
+func TestOutageRecoveryWaitsOnForARetriedKill(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		opts := options.Upstream()
+		opts.OutageRecovery = on
+		pods := []*v1.Pod{largeBurstable}
+		calls := 0
+		kill := func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
+			calls++
+			if calls == 1 {
+				// The pod workers retried the kill meanwhile.
+				killretry.Shared.Failed(pod.UID, time.Now())
+				return errors.New("timeout waiting to kill pod")
+			}
+			return nil
+		}
+		rec := record.NewFakeRecorder(20)
+		h := newHandler(func() []*v1.Pod { return pods }, kill, rec, opts)
+		_, ctx := ktesting.NewTestContext(t)
+		if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(300), lifecycle.AddOperation); err != nil {
+			t.Fatal(err)
+		}
+		events := drainEvents(rec)
+		if want := map[bool]int{false: 1, true: 2}[on]; calls != want {
+			t.Errorf("outage recovery %v: %d waits, want %d", on, calls, want)
+		}
+		// Admitted in full only when the second wait saw the victim go.
+		if want := map[bool]int{false: 1, true: 0}[on]; count(events, reasonPreemptionIncomplete) != want {
+			t.Errorf("outage recovery %v: events %q", on, events)
+		}
+	}
+}
