@@ -590,3 +590,31 @@ func checkTouchesExactly(t *testing.T, plan *Plan, up, repo string, patches []pa
 		}
 	}
 }
+
+// Two patches of one package may hook the same file on different lines:
+// the file is hooked once, with both calls and one registering init per
+// patch; the same line hooked by both stops the build naming a patch.
+func TestTwoPatchesHookOneFile(t *testing.T) {
+	src := "package x\n\nfunc (k *K) Add() {\n\tfirst()\n\tsecond()\n}\n"
+	up := tree(t, "p/k.go="+src)
+	repo := tree(t, "p/critlet_ext.go="+addedSrc, "p/critlet_more.go="+addedSrc)
+	ext := extending("p", patched.Hook{File: "p/k.go", Func: "(*K).Add", Line: "first()", Call: "critletExt()"})
+	more := extending("p", patched.Hook{File: "p/k.go", Func: "(*K).Add", Line: "second()", Call: "critletMore()"})
+	more.Name = "more"
+	gen := t.TempDir()
+	plan, err := Build(up, repo, gen, []patched.Patch{ext, more})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	got := string(plan.Generated[filepath.Join(gen, "p", "k.go")])
+	want := "package x\n\nfunc (k *K) Add() {\n\tfirst(); critletExt()\n\tsecond(); critletMore()\n}\n" +
+		"func init() { critletHooked_ext(\"p/k.go:(*K).Add\") }\n" +
+		"func init() { critletHooked_more(\"p/k.go:(*K).Add\") }\n"
+	if got != want {
+		t.Fatalf("hooked file:\n%s\nwant:\n%s", got, want)
+	}
+	more.Hooks[0].Line = "first()"
+	if _, err := Build(up, repo, t.TempDir(), []patched.Patch{ext, more}); err == nil || !strings.Contains(err.Error(), "patch more: ") || !strings.Contains(err.Error(), "hooked twice") {
+		t.Fatalf("the same line hooked by two patches: %v, want an error naming patch more", err)
+	}
+}

@@ -8,8 +8,8 @@ package kubelet
 //   - Upstream's pod workers retry a failed sync after 10s; a kill cut off
 //     by a runtime restart therefore waits that long after the runtime is
 //     back (kubernetes#92906). Here a terminating pod whose kill failed with
-//     the runtime unreachable is retried on package killretry's schedule
-//     (250ms doubling to 2s), through the same work queue.
+//     the runtime unreachable is handed to its pod worker again on package
+//     killretry's schedule (250ms doubling to 2s).
 //   - While the runtime restarts, a running container may be missing from
 //     its answer; upstream then counts a restart unless the pod was deleted
 //     (convertToAPIContainerStatuses). A pod the kubelet is terminating is
@@ -18,6 +18,7 @@ package kubelet
 // With the setting off both hooks return at once.
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/kubelet/killretry"
 	critletoptions "github.com/critlet/critlet/pkg/kubelet/preemption/options"
@@ -56,23 +58,31 @@ func critletOutageRecovery() bool {
 }
 
 // critletRetryUnreachableKill runs after completeWork queued uid's failed
-// sync for the usual backoff; for a terminating pod whose sync failed with
-// the runtime unreachable it queues the retry sooner instead.
+// sync for the usual backoff. For a terminating pod whose sync failed with
+// the runtime unreachable it hands the pod workers the pod's last update
+// again after killretry's delay. The work queue would not do: the sync loop
+// that drains it is the goroutine admitting the critical pod, blocked until
+// the victims are gone. A retry that fails the same way comes back here;
+// one for a pod terminated meanwhile is ignored by the pod workers.
 func (p *podWorkers) critletRetryUnreachableKill(logger klog.Logger, uid types.UID, syncErr error) {
 	if !critletOutageRecovery() || !killretry.Unreachable(syncErr) {
 		return
 	}
 	p.podLock.Lock()
-	status, ok := p.podSyncStatuses[uid]
-	terminating := ok && status.IsTerminationRequested() && !status.IsTerminated()
+	var last *UpdatePodOptions
+	if status, ok := p.podSyncStatuses[uid]; ok && status.IsTerminationRequested() && !status.IsTerminated() {
+		last = status.activeUpdate
+	}
 	p.podLock.Unlock()
-	if !terminating {
+	if last == nil || last.Pod == nil {
 		return
 	}
+	retry := UpdatePodOptions{Pod: last.Pod, MirrorPod: last.MirrorPod, UpdateType: kubetypes.SyncPodKill}
 	delay := killretry.Shared.Failed(uid, p.clock.Now())
-	p.workQueue.Enqueue(uid, delay)
 	critletUnreachableKillRetries.Inc()
-	logger.Info("Killing a pod failed with the container runtime unreachable; retrying soon", "podUID", uid, "after", delay.Round(time.Millisecond), "err", syncErr)
+	logger.Info("Killing a pod failed with the container runtime unreachable; retrying soon", "pod", klog.KObj(last.Pod), "podUID", uid,
+		"after", delay.Round(time.Millisecond), "err", syncErr)
+	time.AfterFunc(delay, func() { p.UpdatePod(klog.NewContext(context.Background(), logger), retry) })
 }
 
 // critletRestartsNotCounted returns how many of the restarts just counted

@@ -269,6 +269,9 @@ func TestCritletFlagsOnTheBuiltBinary(t *testing.T) {
 		{[]string{"--critical-static-pod-readmission=sometimes", "--version"}, 2, "sometimes"},
 		{[]string{"--critical-static-pod-readmision", "--version"}, 2, "critical-static-pod-readmision"},
 		{[]string{"--critical-static-pod-readmission", "--version"}, 0, "Kubernetes v"},
+		{[]string{"--critical-preemption-resume=maybe", "--version"}, 2, "maybe"},
+		{[]string{"--critical-preemption-resume", "--critical-preemption-outage-recovery", "--version"}, 0, "Kubernetes v"},
+		{[]string{"--critical-preemption-outage-recover", "--version"}, 2, "critical-preemption-outage-recover"},
 	} {
 		stdout, stderr, code := run(t, patchedBin, tc.args...)
 		if code != tc.wantCode || !strings.Contains(stdout+stderr, tc.want) {

@@ -29,15 +29,31 @@ import (
 // container started once by its own record; the survivors run on in their
 // first containers.
 
+// faultRecovering is critlet with the settings that make a preemption
+// survive these faults: the third run of each.
+var faultRecovering = critletKubelet.with([]string{"--critical-preemption-resume", "--critical-preemption-outage-recovery"}, nil)
+
+// recovering reports whether e runs faultRecovering.
+func (e *env) recovering() bool { return e.kubelet.name == faultRecovering.name }
+
+var faultOptions = scenarioOptions{critletVariants: []kubeletUnderTest{faultRecovering}}
+
 // The kubelet is killed outright and started again by its supervisor. The
 // new kubelet knows nothing of the preemption under way: it admits the
 // pods it finds in the API in creation order, the victims first, so the
 // critical pod does not fit and it preempts again, choosing the same pods
 // (which already were terminating). Each victim may therefore carry one
-// Preempting event from each kubelet, never more.
+// Preempting event from each kubelet, never more. With
+// --critical-preemption-resume the new kubelet continues the recorded
+// preemption instead: one Preempting event per victim, and the critical pod
+// runs once the first grace period has run out, not a second one.
 func TestKubeletKilledMidPreemption(t *testing.T) {
-	runScenario(t, "13 kubelet SIGKILL while victims terminate", scenarioOptions{}, func(e *env) {
-		e.faultDuringPreemption(2, func() string {
+	runScenario(t, "13 kubelet SIGKILL while victims terminate", faultOptions, func(e *env) {
+		maxEvents := 2
+		if e.recovering() {
+			maxEvents = 1
+		}
+		out := e.faultDuringPreemption(maxEvents, func() string {
 			if err := suite.KillKubelet(); err != nil {
 				e.t.Fatalf("killing the kubelet: %v", err)
 			}
@@ -46,13 +62,25 @@ func TestKubeletKilledMidPreemption(t *testing.T) {
 			}
 			return "kubelet SIGKILLed and restarted"
 		})
+		if !e.recovering() {
+			return
+		}
+		for i, r := range out.records {
+			if len(r.sigterms) != 1 {
+				e.t.Errorf("victim %s received %d SIGTERMs across the kubelet's two lives, want 1", out.victims[i].Name, len(r.sigterms))
+			}
+		}
+		bound := faultGrace + out.faultTook + 3*time.Second
+		if took := out.running.Sub(out.first.at); took > bound {
+			e.t.Errorf("critical pod Running %s after the first SIGTERM, want within %s (grace + kubelet restart + 3s)", took.Round(10*time.Millisecond), bound.Round(10*time.Millisecond))
+		}
 	})
 }
 
 // The API server goes away and comes back on the same etcd: the kubelet's
 // status updates and events fail meanwhile and are retried.
 func TestAPIServerRestartMidPreemption(t *testing.T) {
-	runScenario(t, "14 kube-apiserver restart while victims terminate", scenarioOptions{}, func(e *env) {
+	runScenario(t, "14 kube-apiserver restart while victims terminate", faultOptions, func(e *env) {
 		e.faultDuringPreemption(1, func() string {
 			if err := suite.RestartAPIServer(e.ctx); err != nil {
 				e.t.Fatalf("restarting the API server: %v", err)
@@ -64,24 +92,63 @@ func TestAPIServerRestartMidPreemption(t *testing.T) {
 
 // containerd goes away and comes back: the kubelet's runtime calls fail
 // meanwhile, a stop in flight among them; the shims, and so the
-// containers, live on.
+// containers, live on. With --critical-preemption-outage-recovery the
+// failed stop is retried as soon as containerd answers, so each victim is
+// gone within its grace period plus the outage (plus 3s), and its status
+// counts no restart.
 func TestContainerdRestartMidPreemption(t *testing.T) {
-	runScenario(t, "15 containerd restart while victims terminate", scenarioOptions{}, func(e *env) {
-		e.faultDuringPreemption(1, func() string {
+	runScenario(t, "15 containerd restart while victims terminate", faultOptions, func(e *env) {
+		out := e.faultDuringPreemption(1, func() string {
 			if err := suite.RestartContainerd(e.ctx); err != nil {
 				e.t.Fatalf("restarting containerd: %v", err)
 			}
 			return "containerd restarted"
 		})
+		if !e.recovering() {
+			return
+		}
+		bound := faultGrace + out.faultTook + 3*time.Second
+		for i, r := range out.records {
+			v := out.final[i]
+			if len(r.sigterms) == 0 {
+				continue // already reported
+			}
+			// The heartbeat is rewritten every second: the victim was gone
+			// at most a second after its last.
+			if gone := r.lastBeat.Add(heartbeat).Sub(r.sigterms[0]); gone > bound {
+				e.t.Errorf("victim %s gone at most %s after its first SIGTERM, want within %s (grace + outage + 3s)", v.Name, gone.Round(10*time.Millisecond), bound.Round(10*time.Millisecond))
+			}
+			if n := restarts(v); n != 0 {
+				e.t.Errorf("victim %s's status counts %d restarts; its container started once", v.Name, n)
+			}
+		}
 	})
+}
+
+// faultGrace is the victims' grace period in the fault scenarios, and
+// heartbeat the witness's beat.
+const (
+	faultGrace = 10 * time.Second
+	heartbeat  = time.Second
+)
+
+// faultOutcome is what a fault scenario observed, for the checks of its
+// recovering run.
+type faultOutcome struct {
+	first     sigterm       // the first SIGTERM a victim received
+	faultTook time.Duration // how long the fault lasted
+	running   time.Time     // when the critical pod was seen Running
+	victims   []*v1.Pod
+	records   []lifeRecord // the victims' own records, in victims' order
+	final     []*v1.Pod    // the victims as they ended
 }
 
 // faultDuringPreemption creates the critical pod, injects fault once the
 // first victim has received SIGTERM, and checks the outcome; a victim may
 // carry up to maxEvents Preempting events.
-func (e *env) faultDuringPreemption(maxEvents int, fault func() string) {
+func (e *env) faultDuringPreemption(maxEvents int, fault func() string) faultOutcome {
 	e.t.Helper()
-	const grace = 10
+	grace := int64(faultGrace / time.Second)
 	w := e.newWitness()
 	size := resources("200m", "200Mi")
 	pods := e.createRunning(w.witnessed(bestEffort("besteffort"), grace),
@@ -106,11 +173,13 @@ func (e *env) faultDuringPreemption(maxEvents int, fault func() string) {
 	first := e.waitSigterm(w, victims, time.Minute)
 	faultStart := time.Now()
 	what := fault()
+	out := faultOutcome{first: first, faultTook: time.Since(faultStart), victims: victims}
 	e.note("%s %s after the critical pod's creation, %s after %s received SIGTERM (the fault lasted %s)",
 		what, faultStart.Sub(start).Round(10*time.Millisecond), faultStart.Sub(first.at).Round(10*time.Millisecond),
 		first.pod.Name, time.Since(faultStart).Round(10*time.Millisecond))
 
 	crit = e.waitPhase(crit, 4*time.Minute, v1.PodRunning)
+	out.running = time.Now()
 	e.row.latency = time.Since(start)
 	// Time for a kubelet to do anything more it would wrongly do.
 	e.settle(5 * time.Second)
@@ -124,6 +193,8 @@ func (e *env) faultDuringPreemption(maxEvents int, fault func() string) {
 		cur := e.expectTerminatedByPreemption(v, killed)
 		e.expectStartedOnce(cur, containers[v.Name])
 		r := e.expectStartedOnceByRuntime(w, v)
+		out.records = append(out.records, r)
+		out.final = append(out.final, cur)
 		if len(r.sigterms) == 0 {
 			e.t.Errorf("victim %s never received SIGTERM by its own record", v.Name)
 		}
@@ -154,6 +225,7 @@ func (e *env) faultDuringPreemption(maxEvents int, fault func() string) {
 		}
 	}
 	e.expectVictims(victims[0].Name, victims[1].Name)
+	return out
 }
 
 // sigterm is the first SIGTERM one of a set of witnessed pods received.

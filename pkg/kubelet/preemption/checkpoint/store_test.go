@@ -106,7 +106,9 @@ func TestStoreIgnoresWhatItCannotTrust(t *testing.T) {
 		{"truncated", func(b []byte) []byte { return b[:len(b)/2] }, "not a checkpoint"},
 		{"a victim's UID changed", func(b []byte) []byte { return bytes.Replace(b, []byte(`"uid":"a"`), []byte(`"uid":"b"`), 1) }, "checksum mismatch"},
 		{"a later version", func(b []byte) []byte { return bytes.Replace(b, []byte(`"version":1`), []byte(`"version":2`), 1) }, "version 2"},
-		{"another kind", func(b []byte) []byte { return bytes.Replace(b, []byte(`critlet-preemptions`), []byte(`device-plugins`), 1) }, "kind"},
+		{"another kind", func(b []byte) []byte {
+			return bytes.Replace(b, []byte(`critlet-preemptions`), []byte(`device-plugins`), 1)
+		}, "kind"},
 		{"empty", func([]byte) []byte { return nil }, "not a checkpoint"},
 	}
 	for _, tc := range tests {

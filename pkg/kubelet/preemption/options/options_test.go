@@ -94,4 +94,44 @@ func TestEveryPatchSettingIsAFlag(t *testing.T) {
 	if got := strings.Join(o.PatchesOn(), ","); got != "critical-pod-admission,static-pod-readmission" {
 		t.Errorf("PatchesOn with readmission = %s", got)
 	}
+	o.Resume, o.OutageRecovery = true, true
+	if got := strings.Join(o.PatchesOn(), ","); got != "critical-pod-admission,static-pod-readmission,preemption-resume,outage-recovery" {
+		t.Errorf("PatchesOn with every setting on = %s", got)
+	}
+}
+
+// Each opt-in switch is off by default and turned on alike by its bare
+// flag, by flag=true and by its variable; the flag wins over the variable.
+func TestOptInSwitches(t *testing.T) {
+	for _, sw := range []struct {
+		flag string
+		get  func(Options) bool
+	}{
+		{FlagResume, func(o Options) bool { return o.Resume }},
+		{FlagOutageRecovery, func(o Options) bool { return o.OutageRecovery }},
+		{FlagStaticPodReadmission, func(o Options) bool { return o.StaticPodReadmission }},
+	} {
+		env := func(m map[string]string) func(string) (string, bool) {
+			return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+		}
+		for _, tc := range []struct {
+			args []string
+			env  map[string]string
+			want bool
+		}{
+			{nil, nil, false},
+			{[]string{"--" + sw.flag}, nil, true},
+			{[]string{"--" + sw.flag + "=true"}, nil, true},
+			{nil, map[string]string{EnvVar(sw.flag): "true"}, true},
+			{[]string{"--" + sw.flag + "=false"}, map[string]string{EnvVar(sw.flag): "true"}, false},
+		} {
+			o, rest, err := FromArgs(append(tc.args, "--v=2"), env(tc.env))
+			if err != nil || sw.get(o) != tc.want || strings.Join(rest, " ") != "--v=2" {
+				t.Errorf("%v with env %v: %v, rest %q, err %v; want %v", tc.args, tc.env, sw.get(o), rest, err, tc.want)
+			}
+		}
+		if _, _, err := FromArgs([]string{"--" + sw.flag + "=sometimes"}, env(nil)); err == nil {
+			t.Errorf("--%s=sometimes accepted", sw.flag)
+		}
+	}
 }
