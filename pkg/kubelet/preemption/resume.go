@@ -42,9 +42,16 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 			a.resumed[p.UID] = v
 		}
 	}
+	if len(plan) == 0 {
+		a.logger.Info("The victims an earlier kubelet recorded for this pod are gone; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod),
+			"began", prior.Started, "recorded", len(prior.Victims))
+		return victims.Select(c.opts.Policy, a.reqs, cands)
+	}
+	// The record goes on as it began, so it ages from its first kill.
+	a.record = checkpoint.Preemption{PodUID: prior.PodUID, Namespace: prior.Namespace, Name: prior.Name, Started: prior.Started}
 	rest := victims.Remaining(a.reqs, cands, plan)
 	a.logger.Info("Resuming the preemption an earlier kubelet began for this pod", "requestingPod", klog.KObj(a.admitPod),
-		"began", prior.Started, "recorded", len(prior.Victims), "stillHere", len(plan), "shortfall", victims.FormatRequirements(rest))
+		"began", prior.Started, "recorded", len(prior.Victims), "stillHere", len(plan), "met", victims.Met(rest))
 	resumedPreemptions.Inc()
 	if victims.Met(rest) {
 		return plan, nil
@@ -55,6 +62,7 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 		// The node changed under the record: choose afresh.
 		a.logger.Info("The recorded victims no longer make room; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod), "err", err)
 		a.resumed = nil
+		a.record = checkpoint.Preemption{}
 		return victims.Select(c.opts.Policy, a.reqs, cands)
 	}
 	for _, k := range more {

@@ -2,6 +2,8 @@ package preemption
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -270,5 +272,65 @@ func TestOutageRecoveryWaitsOnForARetriedKill(t *testing.T) {
 		if want := map[bool]int{false: 1, true: 0}[on]; count(events, reasonPreemptionIncomplete) != want {
 			t.Errorf("outage recovery %v: events %q", on, events)
 		}
+	}
+}
+
+// A record whose victims have all left is no preemption to resume: the
+// victims are chosen afresh, each with its event.
+func TestResumeWithEveryRecordedVictimGone(t *testing.T) {
+	store, _ := installStore(t)
+	if err := store.Record(checkpoint.Preemption{PodUID: clusterCritPod.UID, Started: time.Now(),
+		Victims: []checkpoint.Victim{{UID: "uid-gone", GracePeriodSeconds: 10, KillStarted: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	k := &recordingKill{}
+	rec := record.NewFakeRecorder(20)
+	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
+		t.Fatalf("killed %v, want upstream's choice", got)
+	}
+	for _, c := range k.calls {
+		if c.override != nil {
+			t.Errorf("%s killed with override %d, want its own grace", c.pod, *c.override)
+		}
+	}
+	if n := count(drainEvents(rec), "Preempting"); n != 2 {
+		t.Errorf("%d Preempting events, want 2", n)
+	}
+	if _, ok := store.Find(clusterCritPod.UID); ok {
+		t.Error("the record outlived the admission")
+	}
+}
+
+// A record that cannot be written costs only the resumption: the victims
+// are killed as without the setting, and the failure is logged.
+func TestResumeGoesOnWhenTheRecordCannotBeWritten(t *testing.T) {
+	_, root := installStore(t)
+	dir := filepath.Join(root, checkpoint.Dir)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o600); err != nil { // a file where the directory was
+		t.Fatal(err)
+	}
+	k := &recordingKill{}
+	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, record.NewFakeRecorder(20), resuming())
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	if _, err := h.HandleAdmissionFailure(klog.NewContext(t.Context(), logger), clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
+		t.Fatalf("killed %v, want upstream's choice", got)
+	}
+	var logged bool
+	for _, e := range logger.GetSink().(ktesting.Underlier).GetBuffer().Data() {
+		logged = logged || strings.Contains(e.Message, "Could not record the preemption's victims")
+	}
+	if !logged {
+		t.Error("the failed write was not logged")
 	}
 }
