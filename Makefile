@@ -1,20 +1,6 @@
-# critlet: upstream's kubelet with critlet's critical-pod admission handler.
+# critlet: upstream's kubelet with critlet's declared patches.
 #
-#   make local-up       build what is missing and start a local node with the patched kubelet
-#   make local-down     stop the local node and remove what it created (logs are kept)
-#   make test           unit tests, checks of the built binaries, node e2e on both kubelets
-#                       (ours, and upstream's CriticalPod tests)
-#   make test-e2e-kubeadm   kubeadm init/reset on a local node, with each kubelet (in make test)
-#   make test-e2e-upstream-conformance
-#                       upstream's node conformance tests on both kubelets (hours)
-#   make                _output/bin/kubelet and _output/bin/critlet-explain
-#   make kubelet        _output/bin/kubelet (patched)
-#   make kubelet-stock  _output/bin/kubelet-stock (upstream, same module graph and flags)
-#   make critlet-explain  _output/bin/critlet-explain: what a node would preempt for a pod
-#   make run            build _output/bin/kubelet and print its version
-#   make package        _output/package: .deb and .rpm of the patched kubelet (this architecture)
-#   make release        _output/release: for amd64 and arm64, tarball, .deb, .rpm; SHA256SUMS
-#
+# make help lists the targets, from the "## " notes beside them below.
 # local-up takes KUBELET=<binary> (default _output/bin/kubelet; e.g.
 # _output/bin/kubelet-stock), KUBELET_FLAGS=<extra kubelet flags> and
 # STATE_DIR=<directory> (default _output/local-node).
@@ -26,9 +12,9 @@ SHELL := /usr/bin/env bash
 .NOTPARALLEL:
 
 # The binaries are always handed to go build, whose cache knows what changed.
-.PHONY: all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
-	package release test test-unit test-build test-package test-e2e-node test-e2e-kubeadm test-e2e-upstream test-e2e-upstream-conformance \
-	e2e-upstream-tools kubeadm-tools clean
+.PHONY: help all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
+	package release test test-unit test-vet test-go test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
+	test-e2e-upstream test-e2e-upstream-conformance e2e-upstream-tools kubeadm-tools clean
 
 KUBELET ?= _output/bin/kubelet
 KUBELET_FLAGS ?=
@@ -37,104 +23,119 @@ STATE_DIR ?= _output/local-node
 # text: a space or a quote in them stays part of the path.
 export STATE_DIR KUBELET
 
-all: kubelet critlet-explain
+all: kubelet critlet-explain ## _output/bin/kubelet and _output/bin/critlet-explain (the default)
 
-kubelet:
+help: ## this list
+	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed -E 's/^([a-z0-9-]+):.*## (.*)/\1\t\2/' | awk -F'\t' '{ printf "  make %-30s %s\n", $$1, $$2 }'
+
+# $(call then-down,STATE,COMMAND) runs COMMAND, then always brings down the
+# node under STATE (covering a run killed by its timeout); it fails if
+# either failed.
+then-down = status=0; $(2) || status=$$?; _output/bin/local-node down --state "$(1)" >/dev/null || status=1; exit $$status
+
+kubelet: ## _output/bin/kubelet, patched
 	hack/build-kubelet.sh patched
 
-critlet-explain:
+critlet-explain: ## _output/bin/critlet-explain: what a node would preempt for a pod
 	go build -trimpath -o _output/bin/critlet-explain ./cmd/critlet-explain
 
-kubelet-stock:
+kubelet-stock: ## _output/bin/kubelet-stock: upstream's, same module graph and flags
 	hack/build-kubelet.sh stock
 
-run: kubelet
+run: kubelet ## build _output/bin/kubelet and print its version
 	_output/bin/kubelet --version
 
 # Packages like the stock kubelet's (build/nfpm.yaml), built with nfpm and
 # go-licenses from build/tools' own module graph; reproducible.
-package: kubelet
+package: kubelet ## _output/package: .deb and .rpm of the patched kubelet (this architecture)
 	hack/release.sh package _output/package
 
 # Both architectures (arm64 cross-built), from a clean commit; the arm64
 # kubelet is checked as test-build checks the amd64 one, without running it.
-release:
+release: ## _output/release: tarball, .deb, .rpm for amd64 and arm64; SHA256SUMS
 	hack/release.sh release _output/release
 	RELEASE_KUBELET="$$(pwd)/_output/release-bin/linux-arm64/kubelet" go test -tags releasecheck -count=1 -v ./test/build/
 
 # etcd and kube-apiserver, from go.mod's pinned graph.
-control-plane:
+control-plane: ## etcd and kube-apiserver, from go.mod's pinned graph
 	hack/build-control-plane.sh
 
 # The node's own small programs: the launcher and the pause process.
-node-tools:
+node-tools: ## the node's launcher (local-node) and pause process
 	go build -trimpath -o _output/bin/local-node ./cmd/local-node
 	CGO_ENABLED=0 go build -trimpath -ldflags=-s -o _output/bin/pause ./cmd/pause
 
 # containerd, runc, CNI plugins and busybox-static from Debian, when absent.
-node-deps:
+node-deps: ## containerd, runc, CNI plugins, busybox-static from Debian, when absent
 	hack/install-node-deps.sh
 
-local-up: node-deps control-plane node-tools $(if $(filter _output/bin/kubelet-stock,$(KUBELET)),kubelet-stock,kubelet)
-	_output/bin/local-node up -state "$$STATE_DIR" -kubelet "$$KUBELET" -- $(KUBELET_FLAGS)
+local-up: node-deps control-plane node-tools $(if $(filter _output/bin/kubelet-stock,$(KUBELET)),kubelet-stock,kubelet) ## build what is missing, start a local node with the patched kubelet
+	_output/bin/local-node up --state "$$STATE_DIR" --kubelet "$$KUBELET" -- $(KUBELET_FLAGS)
 
-local-down: node-tools
-	_output/bin/local-node down -state "$$STATE_DIR"
+local-down: node-tools ## stop the local node and remove what it created (logs are kept)
+	_output/bin/local-node down --state "$$STATE_DIR"
 
-local-status: node-tools
-	_output/bin/local-node status -state "$$STATE_DIR"
+local-status: node-tools ## the local node's components: running or not, and their logs
+	_output/bin/local-node status --state "$$STATE_DIR"
 
-test: test-unit test-build test-package test-e2e-node test-e2e-kubeadm test-e2e-upstream
+test: test-unit test-build test-package test-e2e-node test-e2e-kubeadm test-e2e-upstream ## every suite below but the conformance run (the README's test command)
 
 # -trimpath, as the kubelet builds use, lets tests and builds share compiled
 # dependencies in Go's cache.
 # containerd (node-deps) is needed by a unit test too. Every suite of make
 # test runs through hack/go-test.sh, which fails on a skipped test or a suite
 # that ran nothing, and with CRITLET_TEST_NO_SKIP no test may skip for a tool
-# the project installs (internal/testenv).
+# the project installs (test/testenv).
 export CRITLET_TEST_NO_SKIP := 1
-test-unit: test-deps node-deps
+test-unit: test-vet test-go test-race test-cross ## vet, unit tests, race detector, other code generators
+
+test-vet: ## go vet, every build tag
 	go vet -trimpath ./...
 	go vet -trimpath -tags e2enode ./test/e2e_node/...
 	go vet -trimpath -tags e2ekubeadm ./test/e2e_kubeadm/...
 	go vet -trimpath -tags packagecheck ./test/package/
 	go vet -trimpath -tags buildcheck,releasecheck ./test/build/
+
+test-go: node-deps ## the unit tests (containerd is needed by one)
 	hack/go-test.sh unit -- -trimpath ./...
-	# The race detector on the pure packages, and on the handler's concurrent
-	# termination (race-compiling its kubelet dependencies costs about ten
-	# minutes once, then comes from the cache).
+
+# The race detector on the pure packages, and on the handler's concurrent
+# termination (race-compiling its kubelet dependencies costs about ten
+# minutes once, then comes from the cache).
+test-race: ## the race detector on the pure packages and the handler's termination
 	hack/go-test.sh race-pure -- -race ./pkg/kubelet/preemption/victims/... ./pkg/kubelet/preemption/options/... ./pkg/kubelet/preemption/termination/...
-	hack/go-test.sh race-handler -- -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown' ./pkg/kubelet/preemption
-	# Victims must be the stock kubelet's on every code generator: amd64 v3
-	# and arm64 fuse multiply-adds where v1 cannot. The selection's and the
-	# handler's tests again there, arm64 under user-mode emulation.
+	hack/go-test.sh race-handler -- -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown|Resume|Outage' ./pkg/kubelet/preemption
+
+# Victims must be the stock kubelet's on every code generator: amd64 v3
+# and arm64 fuse multiply-adds where v1 cannot. The selection's and the
+# handler's tests again there, arm64 under user-mode emulation.
+test-cross: test-deps ## the handler's and selection's tests on amd64 v3 and arm64 (emulated)
 	GOAMD64=v3 hack/go-test.sh amd64-v3 -- -trimpath $(CROSS_TESTS)
 	GOARCH=arm64 hack/go-test.sh arm64 -- -trimpath -exec qemu-aarch64-static $(CROSS_TESTS)
 
 CROSS_TESTS := ./pkg/kubelet/preemption/ ./pkg/kubelet/preemption/victims/ ./pkg/kubelet/preemption/termination/
 
 # qemu-user-static for the arm64 test binaries, from Debian, when absent.
-test-deps:
+test-deps: ## qemu-user-static and rpm from Debian, when absent
 	hack/install-test-deps.sh
 
 # Checks of the built binaries: version, flags, unpatched-build guard, the
 # handler's presence in the machine code, and size.
-test-build: kubelet kubelet-stock
+test-build: kubelet kubelet-stock ## checks of the built binaries: version, flags, guard, machine code, size
 	hack/go-test.sh build --stream -- -tags buildcheck -count=1 -timeout 45m ./test/build/
 
 # The packages: metadata and files as dpkg and rpm read them, installs,
 # upgrades, removals and swaps with the stock package in a scratch root, the
 # command systemd would run beside kubeadm's drop-in, reproducibility.
-test-package: test-deps package kubelet-stock
+test-package: test-deps package kubelet-stock ## the packages: metadata, files, installs, upgrades, swaps, reproducibility
 	hack/go-test.sh package --stream -- -trimpath -tags packagecheck -count=1 -timeout 20m ./test/package/
 
 # The node e2e suite: every scenario on a fresh node, once with each kubelet.
 # The suite removes its node when it ends; the local-node down afterwards
 # covers a run killed by its timeout. The table is in _output/e2e-node-report.md.
 E2E_STATE := _output/e2e-node
-test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain package
-	status=0; hack/go-test.sh e2e-node --stream -- -trimpath -tags e2enode -count=1 -timeout 90m ./test/e2e_node/ -args -state "$$(pwd)/$(E2E_STATE)" || status=$$?; \
-	_output/bin/local-node down -state "$(E2E_STATE)" >/dev/null || status=1; exit $$status
+test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain package ## the node e2e suite, each scenario on each kubelet
+	$(call then-down,$(E2E_STATE),hack/go-test.sh e2e-node --stream -- -trimpath -tags e2enode -count=1 -timeout 90m ./test/e2e_node/ -args -state "$$(pwd)/$(E2E_STATE)")
 
 # kubeadm bootstraps a node whose kubelet is installed from its package
 # (critlet's .deb; the stock binary with the same unit), in network and
@@ -142,12 +143,11 @@ test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-
 # are built from the pinned module, their images imported into the node's
 # containerd. The notes are in _output/e2e-kubeadm/report.md.
 KUBEADM_STATE := _output/e2e-kubeadm
-kubeadm-tools:
+kubeadm-tools: ## kubeadm, kube-controller-manager, kube-scheduler (and etcd, kube-apiserver)
 	hack/build-control-plane.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm
 
-test-e2e-kubeadm: node-deps node-tools kubeadm-tools kubelet kubelet-stock package
-	status=0; hack/go-test.sh e2e-kubeadm --stream -- -trimpath -tags e2ekubeadm -count=1 -timeout 30m ./test/e2e_kubeadm/ -args -state "$$(pwd)/$(KUBEADM_STATE)" || status=$$?; \
-	_output/bin/local-node down -state "$(KUBEADM_STATE)/node" >/dev/null || status=1; exit $$status
+test-e2e-kubeadm: node-deps node-tools kubeadm-tools kubelet kubelet-stock package ## kubeadm init, scenarios and reset on a local node, with each kubelet
+	$(call then-down,$(KUBEADM_STATE)/node,hack/go-test.sh e2e-kubeadm --stream -- -trimpath -tags e2ekubeadm -count=1 -timeout 30m ./test/e2e_kubeadm/ -args -state "$$(pwd)/$(KUBEADM_STATE)")
 
 # Upstream's own node e2e suite, compiled unmodified from the pinned module,
 # run on each kubelet in a RuntimeOnly local node; agnhost, an image the
@@ -155,23 +155,21 @@ test-e2e-kubeadm: node-deps node-tools kubeadm-tools kubelet kubelet-stock packa
 # processes) compiled from the module too. The report compares the
 # kubelets test by test; JUnit reports go beside it.
 UPSTREAM_STATE := _output/e2e-upstream
-e2e-upstream-tools:
+e2e-upstream-tools: ## upstream's e2e_node test binary, agnhost, ginkgo, the runner
 	go test -c -trimpath -o _output/bin/e2e_node.test k8s.io/kubernetes/test/e2e_node
 	CGO_ENABLED=0 go build -trimpath -o _output/bin/agnhost k8s.io/kubernetes/test/images/agnhost
 	go build -trimpath -o _output/bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 	go build -trimpath -o _output/bin/e2e-upstream ./test/e2e_upstream
 
-test-e2e-upstream: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools
-	status=0; _output/bin/e2e-upstream -focus critical -state "$(UPSTREAM_STATE)" -report _output/e2e-upstream-report.md || status=$$?; \
-	_output/bin/local-node down -state "$(UPSTREAM_STATE)/node" >/dev/null || status=1; exit $$status
+test-e2e-upstream: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools ## upstream's CriticalPod node e2e tests on each kubelet
+	$(call then-down,$(UPSTREAM_STATE)/node,_output/bin/e2e-upstream -focus critical -state "$(UPSTREAM_STATE)" -report _output/e2e-upstream-report.md)
 
-test-e2e-upstream-conformance: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools
-	status=0; _output/bin/e2e-upstream -focus conformance -state "$(UPSTREAM_STATE)" -report _output/e2e-upstream-conformance-report.md || status=$$?; \
-	_output/bin/local-node down -state "$(UPSTREAM_STATE)/node" >/dev/null || status=1; exit $$status
+test-e2e-upstream-conformance: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools ## upstream's node conformance tests on each kubelet (hours)
+	$(call then-down,$(UPSTREAM_STATE)/node,_output/bin/e2e-upstream -focus conformance -state "$(UPSTREAM_STATE)" -report _output/e2e-upstream-conformance-report.md)
 
-clean:
+clean: ## bring down every node this checkout runs, then remove _output
 	for d in "$$STATE_DIR" $(E2E_STATE) $(KUBEADM_STATE)/node $(UPSTREAM_STATE)/node; do \
-		if [[ -e "$$d/.critlet-local-node" ]]; then _output/bin/local-node down -state "$$d"; fi; \
+		if [[ -e "$$d/.critlet-local-node" ]]; then _output/bin/local-node down --state "$$d"; fi; \
 	done
 	if [[ -d _output ]]; then chmod -R u+w _output; fi
 	rm -rf _output

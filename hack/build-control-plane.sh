@@ -10,20 +10,9 @@
 # All are `tool` requirements of go.mod, so `go mod tidy` keeps their
 # dependencies and they cannot drift from the kubelet's. They build from the
 # same generated modfile as the kubelets and so share their build cache.
-set -euo pipefail
-shopt -s inherit_errexit
-
-cd "$(dirname "$0")/.."
-root=$(pwd)
-# shellcheck source=hack/lib/upstream.sh
-source hack/lib/upstream.sh
-# shellcheck source=hack/lib/version.sh
-source hack/lib/version.sh
-
-fail() {
-  echo "build-control-plane: $*" >&2
-  exit 1
-}
+script_name=build-control-plane
+# shellcheck source=hack/lib/init.sh
+source "$(dirname "$0")/lib/init.sh"
 
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then

@@ -13,8 +13,9 @@
 # Both use the same modfile, flags and build cache, so they differ only by the
 # overlay and the version stamp. Go's cache decides what to recompile; an
 # unchanged tree relinks nothing.
-set -euo pipefail
-shopt -s inherit_errexit
+script_name=build-kubelet
+# shellcheck source=hack/lib/init.sh
+source "$(dirname "$0")/lib/init.sh"
 
 flavor=${1:-}
 case $flavor in
@@ -25,18 +26,6 @@ case $flavor in
     exit 2
     ;;
 esac
-
-cd "$(dirname "$0")/.."
-root=$(pwd)
-# shellcheck source=hack/lib/upstream.sh
-source hack/lib/upstream.sh
-# shellcheck source=hack/lib/version.sh
-source hack/lib/version.sh
-
-fail() {
-  echo "build-kubelet: $*" >&2
-  exit 1
-}
 
 host_arch=$(go env GOHOSTARCH)
 arch=$(go env GOARCH)

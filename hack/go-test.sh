@@ -2,7 +2,7 @@
 # Runs one test suite of make test: go test -v with the given arguments,
 # its whole output kept in _output/test-NAME.log. Fails when go test fails,
 # when any test skipped, or when no test ran at all: under make test a
-# suite that runs nothing must not pass (internal/testenv turns a missing
+# suite that runs nothing must not pass (test/testenv turns a missing
 # tool into a failure; this catches every other way of running nothing).
 #
 #   hack/go-test.sh NAME [--stream] -- GO_TEST_ARGS...

@@ -11,20 +11,9 @@
 # Times are the commit's (SOURCE_DATE_EPOCH), owners root, modes fixed, and
 # the archives are written in name order without build-host details.
 # CRITLET_PKG_RELEASE (default 1) is the packages' revision.
-set -euo pipefail
-shopt -s inherit_errexit
-
-cd "$(dirname "$0")/.."
-root=$(pwd)
-# shellcheck source=hack/lib/upstream.sh
-source hack/lib/upstream.sh
-# shellcheck source=hack/lib/version.sh
-source hack/lib/version.sh
-
-fail() {
-  echo "release: $*" >&2
-  exit 1
-}
+script_name=release
+# shellcheck source=hack/lib/init.sh
+source "$(dirname "$0")/lib/init.sh"
 
 mode=${1:-}
 out=${2:-}

@@ -10,13 +10,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/spf13/pflag"
 
 	"github.com/critlet/critlet/internal/localnode"
 )
@@ -34,8 +35,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd := args[0]
-	fs := flag.NewFlagSet("local-node "+cmd, flag.ContinueOnError)
+	fs := pflag.NewFlagSet("local-node "+cmd, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.SortFlags = false
 	state := fs.String("state", "_output/local-node", "state directory: logs, PID files, certificates and all the node's data")
 	bin := fs.String("bin", "_output/bin", "directory holding etcd, kube-apiserver and pause")
 	kubelet := fs.String("kubelet", "_output/bin/kubelet", "kubelet binary to run")

@@ -28,12 +28,13 @@ func TestRun(t *testing.T) {
 	}{
 		{"no command", nil, 2, "", "usage: local-node up|down|status"},
 		{"unknown command", []string{"start"}, 2, "", `unknown command "start"`},
-		{"bad flag", []string{"up", "-no-such-flag"}, 2, "", "flag provided but not defined"},
-		{"negative max pods", []string{"up", "-state", state, "-max-pods", "-1"}, 2, "", "--max-pods must not be negative"},
-		{"status of nothing", []string{"status", "-state", state}, 0, "kube-apiserver  not started", ""},
-		{"down of nothing", []string{"down", "-state", state}, 0, "not a local node's state directory: nothing done", ""},
-		{"down of another user's directory", []string{"down", "-state", theirs}, 1, "", "state directory " + theirs + " refused: " + theirs + " is owned by uid 65534"},
-		{"up in another user's directory", []string{"up", "-state", theirs}, 1, "", "chown root"},
+		{"bad flag", []string{"up", "--no-such-flag"}, 2, "", "unknown flag: --no-such-flag"},
+		{"single-dash long flag", []string{"status", "-state", state}, 2, "", "unknown shorthand flag"},
+		{"negative max pods", []string{"up", "--state", state, "--max-pods", "-1"}, 2, "", "--max-pods must not be negative"},
+		{"status of nothing", []string{"status", "--state", state}, 0, "kube-apiserver  not started", ""},
+		{"down of nothing", []string{"down", "--state", state}, 0, "not a local node's state directory: nothing done", ""},
+		{"down of another user's directory", []string{"down", "--state", theirs}, 1, "", "state directory " + theirs + " refused: " + theirs + " is owned by uid 65534"},
+		{"up in another user's directory", []string{"up", "--state", theirs}, 1, "", "chown root"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
 
-	"github.com/critlet/critlet/pkg/kubelet/preemption"
+	"github.com/critlet/critlet/pkg/kubelet/preemption/planning"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
 )
 
@@ -124,14 +124,14 @@ func (p *planner) HandleAdmissionFailure(_ context.Context, admitPod *v1.Pod, re
 			}
 		}
 	}
-	reqs, other := preemption.Shortfall(reasons)
+	reqs, other := planning.Shortfall(reasons)
 	if len(other) > 0 {
 		// As the handler: only shortfalls can be fixed by preemption.
 		return other, nil
 	}
 	var first error
 	for i, policy := range p.policies {
-		pods, err := preemption.Plan(policy, admitPod, p.active, reqs)
+		pods, err := planning.Plan(policy, admitPod, p.active, reqs)
 		var input *victims.InputError
 		if errors.As(err, &input) {
 			p.err = inputErrorf("the node's pods cannot be planned with: %v", err)
@@ -139,16 +139,16 @@ func (p *planner) HandleAdmissionFailure(_ context.Context, admitPod *v1.Pod, re
 		}
 		plan := PolicyPlan{Policy: policy, Verdict: AdmittedAfterPreemption, Victims: []Victim{}}
 		if err != nil {
-			plan.Verdict, plan.Error = Rejected, preemption.Refusal(err).Error()
+			plan.Verdict, plan.Error = Rejected, planning.Refusal(err).Error()
 			if i == 0 {
-				first = preemption.Refusal(err)
+				first = planning.Refusal(err)
 			}
 		} else {
 			plan.Freed = map[string]int64{}
 			for _, pod := range pods {
 				plan.Victims = append(plan.Victims, victimOf(pod))
 				for _, r := range reqs {
-					plan.Freed[r.Resource] += preemption.Request(pod, v1.ResourceName(r.Resource))
+					plan.Freed[r.Resource] += planning.Request(pod, v1.ResourceName(r.Resource))
 				}
 			}
 		}
@@ -163,7 +163,7 @@ func victimOf(pod *v1.Pod) Victim {
 	return Victim{
 		Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
 		QOS: v1qos.GetPodQOS(pod), Priority: priorityOf(pod),
-		CPU: preemption.Request(pod, v1.ResourceCPU), Memory: preemption.Request(pod, v1.ResourceMemory),
+		CPU: planning.Request(pod, v1.ResourceCPU), Memory: planning.Request(pod, v1.ResourceMemory),
 	}
 }
 

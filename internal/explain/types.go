@@ -4,9 +4,10 @@
 //
 // The shortfall comes from the kubelet's own admission predicate
 // (k8s.io/kubernetes/pkg/kubelet/lifecycle), the victims from the handler's
-// own choice (preemption.Plan). The package is pure: inputs are objects,
-// reading files and the API is the command's business (input.go, live.go
-// only decode and fetch).
+// own choice (planning.Plan). The core (explain.go, priority.go) is pure:
+// objects in, an Explanation out. The I/O sits at the edges: input.go
+// decodes files, live.go reads a node's pods and priority classes from the
+// API server through client-go, print.go writes the answer.
 package explain
 
 import (

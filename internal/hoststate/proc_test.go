@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/critlet/critlet/internal/testenv"
+	"github.com/critlet/critlet/test/testenv"
 )
 
 // A process just started (exec.Cmd.Start returned) is listed with its

@@ -113,7 +113,11 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	script, err := n.namespaceScript()
+	plan, err := planNamespace(n.cfg, n.l, theHost)
+	if err != nil {
+		return err
+	}
+	script, err := n.applyNamespace(plan)
 	if err != nil {
 		return err
 	}

@@ -8,40 +8,80 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/critlet/critlet/internal/localnode/process"
-	"github.com/critlet/critlet/internal/testenv"
+	"github.com/critlet/critlet/test/testenv"
 )
 
-func TestHideCommands(t *testing.T) {
+// The namespace is planned from the configuration and a view of the host
+// without touching the disk; applying the plan makes what it lists.
+func TestPlanNamespace(t *testing.T) {
 	n := testNode(t)
-	present := filepath.Join(t.TempDir(), "systemd-run")
-	if err := os.WriteFile(present, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
+	n.cfg.HiddenCommands = []string{"/usr/bin/systemd-run", "/usr/bin/absent"}
+	n.cfg.PrivateDirs = []string{"/etc/kubernetes"}
+	host := hostView{
+		readFile: func(p string) ([]byte, error) {
+			if p == "/proc/sys/net/ipv4/ip_forward" {
+				return []byte("0\n"), nil
+			}
+			return nil, os.ErrNotExist
+		},
+		exists:   func(p string) bool { return p == "/usr/bin/systemd-run" || p == "/usr/sbin/iptables" },
+		lookPath: func(string) (string, error) { return "/usr/sbin/iptables", nil },
 	}
-	if err := os.MkdirAll(n.l.path("mounts"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	n.cfg.HiddenCommands = []string{present, filepath.Join(t.TempDir(), "absent")}
-	lines, err := n.hideCommands()
+	p, err := planNamespace(n.cfg, n.l, host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "mount --bind " + shellQuote(n.l.mount("hidden-command")) + " " + shellQuote(present)
-	if len(lines) != 1 || lines[0] != want {
-		t.Fatalf("lines = %q, want only %q (an absent program needs no cover)", lines, want)
+	// Nothing was made while planning.
+	if _, err := os.Stat(n.l.path("sysctl")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("planning made %s: %v", n.l.path("sysctl"), err)
 	}
-	// The cover must be a file that neither exec nor a PATH lookup accepts.
-	st, err := os.Stat(n.l.mount("hidden-command"))
+	lines := strings.Join(p.lines, "\n")
+	cover := n.l.mount("hidden-command")
+	for _, want := range []string{
+		"mount -t tmpfs -o mode=0711 critlet '/run/containerd'",
+		"mount --bind " + shellQuote(filepath.Join(n.l.path("sysctl"), "net.ipv4.ip_forward")) + " '/proc/sys/net/ipv4/ip_forward'",
+		"mount --bind " + shellQuote(n.l.kubeletRootMount()) + " '/var/lib/kubelet'",
+		"mount --bind " + shellQuote(n.l.privateDir("/etc/kubernetes")) + " '/etc/kubernetes'",
+		"mount --bind /bin/false '/usr/sbin/iptables'",
+		"mount --bind " + shellQuote(cover) + " '/usr/bin/systemd-run'",
+	} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("the namespace's shell lacks %q:\n%s", want, lines)
+		}
+	}
+	// A key the kernel lacks, a program the host lacks: nothing to cover.
+	for _, absent := range []string{"/usr/bin/absent", "ip6tables", "kernel/panic"} {
+		if strings.Contains(lines, absent) {
+			t.Errorf("the shell covers %s, which the host lacks:\n%s", absent, lines)
+		}
+	}
+	if !slices.Contains(p.hostDirs, "/etc/kubernetes") || !slices.Equal(p.private, []string{"/etc/kubernetes"}) {
+		t.Errorf("private directory: hostDirs %q, private %q", p.hostDirs, p.private)
+	}
+
+	// Applied (host directories aside: they are the host's), the node's own
+	// files are made; the cover must be a file that neither exec nor a PATH
+	// lookup accepts.
+	p.hostDirs, p.private = nil, nil
+	if _, err := n.applyNamespace(p); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(cover)
 	if err != nil || st.Size() != 0 || st.Mode().Perm()&0o111 != 0 {
 		t.Fatalf("cover: %v, %v: want an empty, non-executable file", st, err)
 	}
+	if b, err := os.ReadFile(filepath.Join(n.l.path("sysctl"), "net.ipv4.ip_forward")); err != nil || string(b) != "0\n" {
+		t.Fatalf("sysctl mask: %q, %v; want the host's value", b, err)
+	}
 
 	n.cfg.HiddenCommands = []string{"systemd-run"}
-	if _, err := n.hideCommands(); err == nil || !strings.Contains(err.Error(), "not an absolute path") {
+	if _, err := planNamespace(n.cfg, n.l, host); err == nil || !strings.Contains(err.Error(), "not an absolute path") {
 		t.Fatalf("a relative program path: err = %v, want it refused", err)
 	}
 }

@@ -15,72 +15,150 @@ import (
 // pods' secret, projected and memory-backed volumes, and runc, started by
 // containerd, must see those mounts to put them in containers. Inside it,
 // the host paths the node would otherwise change are replaced by the node's
-// own (see namespaceScript); the namespace, and every mount in it, is gone
+// own (see planNamespace); the namespace, and every mount in it, is gone
 // once the node's last process exits.
 
-// namespaceScript returns the shell lines that prepare the namespace.
-func (n *Node) namespaceScript() ([]string, error) {
-	lines := []string{"set -e"}
-	if n.cfg.RuntimeOnly {
-		lines = append(lines, privateNetworkLines()...)
+// namespacePlan is the node's namespace worked out from its configuration
+// and what the host has, before anything is made (planNamespace writes
+// nothing); applyNamespace then makes it, in this order: the private
+// directories recorded, the host mount points, the node's directories and
+// files. What remains is the shell that mounts it all.
+type namespacePlan struct {
+	// private are the configured PrivateDirs, recorded before their mount
+	// points are made so that Down accepts those.
+	private []string
+	// hostDirs are mount points on the host, made (and recorded) if missing.
+	hostDirs []string
+	// dirs and files are the node's own, under its state directory.
+	dirs  []string
+	files []nodeFile
+	// lines prepare the namespace, before containerd is exec'd.
+	lines []string
+}
+
+// nodeFile is a file of the node's with its contents.
+type nodeFile struct {
+	path string
+	data []byte
+}
+
+// hostView is what planning reads of the host.
+type hostView struct {
+	// readFile reads a /proc/sys key's current value.
+	readFile func(string) ([]byte, error)
+	// exists reports whether a program is on the host.
+	exists func(string) bool
+	// lookPath finds a program in PATH.
+	lookPath func(string) (string, error)
+}
+
+// theHost is the host this process runs on.
+var theHost = hostView{
+	readFile: os.ReadFile,
+	exists:   func(p string) bool { _, err := os.Stat(p); return err == nil },
+	lookPath: exec.LookPath,
+}
+
+// planNamespace plans the node's namespace. Inside it, the host paths the
+// node would otherwise change are replaced by the node's own:
+//   - containerd 1.6 keeps shim sockets under /run/containerd and network
+//     namespaces under /run/netns whatever its configuration says, and its
+//     CNI library caches results in /var/lib/cni: tmpfs over each (not
+//     /tmp: the state directory, and a full node's runtime handlers, may be
+//     in it);
+//   - the sysctls the kubelet and CNI set: each masked by a file of the
+//     node's holding the host's value, so they change the file;
+//   - /var/log (the kubelet's pod and container logs) and /var/lib/kubelet
+//     (its device-plugin sockets, and with upstream's suite its whole root),
+//     and the configured PrivateDirs: bind mounts of the node's directories;
+//   - iptables and ip6tables: /bin/false, as the kubelet's chains serve
+//     kube-proxy and the like, which the node does not run, and the CNI
+//     bridge needs none without masquerading;
+//   - the configured HiddenCommands: covered by an empty file of the
+//     node's, which exec and PATH lookups reject (a program the host lacks
+//     needs no cover).
+func planNamespace(cfg Config, l layout, host hostView) (namespacePlan, error) {
+	var p namespacePlan
+	p.lines = []string{"set -e"}
+	if cfg.RuntimeOnly {
+		p.lines = append(p.lines, privateNetworkLines()...)
 	}
-	// containerd 1.6 keeps shim sockets under /run/containerd and network
-	// namespaces under /run/netns whatever its configuration says, and its
-	// CNI library caches results in /var/lib/cni. (Not /tmp: the state
-	// directory, and a full node's runtime handlers, may be in it.)
 	for _, d := range []string{"/run/containerd", "/run/netns", "/var/lib/cni"} {
-		if err := n.hostDir(d); err != nil {
-			return nil, err
+		p.hostDirs = append(p.hostDirs, d)
+		p.lines = append(p.lines, "mount -t tmpfs -o mode=0711 critlet "+shellQuote(d))
+	}
+	p.dirs = append(p.dirs, l.path("sysctl"))
+	for _, k := range append([]string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"}, kubeletSysctls...) {
+		src := filepath.Join("/proc/sys", k)
+		v, err := host.readFile(src)
+		if err != nil {
+			continue // not on this kernel: nothing to protect
 		}
-		lines = append(lines, "mount -t tmpfs -o mode=0711 critlet "+shellQuote(d))
+		f := filepath.Join(l.path("sysctl"), strings.ReplaceAll(k, "/", "."))
+		p.files = append(p.files, nodeFile{f, v})
+		p.lines = append(p.lines, "mount --bind "+shellQuote(f)+" "+shellQuote(src))
 	}
-	masks, err := n.maskSysctls(append([]string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"}, kubeletSysctls...))
-	if err != nil {
-		return nil, err
-	}
-	lines = append(lines, masks...)
-	// The kubelet writes /var/log/containers and /var/log/pods, and keeps
-	// its device-plugin sockets, and with upstream's suite its whole root,
-	// in /var/lib/kubelet.
-	if err := n.hostDir("/var/lib/kubelet"); err != nil {
-		return nil, err
-	}
-	if err := n.l.mkdirAll(n.l.devicePluginDir(), 0o755); err != nil {
-		return nil, fmt.Errorf("node namespace: %w", err)
-	}
-	binds := []struct{ src, dst string }{{n.l.mount("var-log"), "/var/log"}, {n.l.kubeletRootMount(), "/var/lib/kubelet"}}
-	// Recorded first: Down, reading the record, accepts the mount points
-	// made for them.
-	if err := n.l.record("private", n.cfg.PrivateDirs...); err != nil {
-		return nil, err
-	}
-	for _, d := range n.cfg.PrivateDirs {
-		if err := n.hostDir(d); err != nil {
-			return nil, err
-		}
-		binds = append(binds, struct{ src, dst string }{n.l.privateDir(d), d})
+	p.hostDirs = append(p.hostDirs, "/var/lib/kubelet")
+	p.dirs = append(p.dirs, l.devicePluginDir())
+	binds := []struct{ src, dst string }{{l.mount("var-log"), "/var/log"}, {l.kubeletRootMount(), "/var/lib/kubelet"}}
+	p.private = cfg.PrivateDirs
+	for _, d := range cfg.PrivateDirs {
+		p.hostDirs = append(p.hostDirs, d)
+		binds = append(binds, struct{ src, dst string }{l.privateDir(d), d})
 	}
 	for _, m := range binds {
-		if err := n.l.mkdirAll(m.src, 0o755); err != nil {
-			return nil, fmt.Errorf("node namespace: %w", err)
-		}
-		lines = append(lines, "mount --bind "+shellQuote(m.src)+" "+shellQuote(m.dst))
+		p.dirs = append(p.dirs, m.src)
+		p.lines = append(p.lines, "mount --bind "+shellQuote(m.src)+" "+shellQuote(m.dst))
 	}
-	// The kubelet's iptables chains serve kube-proxy and the like, which the
-	// node does not run, and the CNI bridge needs none without masquerading:
-	// iptables is /bin/false here, so nothing touches the host's rules.
-	if ipt, err := exec.LookPath("iptables"); err == nil {
+	if ipt, err := host.lookPath("iptables"); err == nil {
 		for _, bin := range []string{ipt, filepath.Join(filepath.Dir(ipt), "ip6tables")} {
-			if _, err := os.Stat(bin); err == nil {
-				lines = append(lines, "mount --bind /bin/false "+shellQuote(bin))
+			if host.exists(bin) {
+				p.lines = append(p.lines, "mount --bind /bin/false "+shellQuote(bin))
 			}
 		}
 	}
-	hidden, err := n.hideCommands()
-	if err != nil {
-		return nil, err
+	if len(cfg.HiddenCommands) > 0 {
+		cover := l.mount("hidden-command")
+		p.files = append(p.files, nodeFile{cover, nil})
+		for _, c := range cfg.HiddenCommands {
+			if !filepath.IsAbs(c) {
+				return namespacePlan{}, fmt.Errorf("node namespace: hidden command %q is not an absolute path", c)
+			}
+			if host.exists(c) {
+				p.lines = append(p.lines, "mount --bind "+shellQuote(cover)+" "+shellQuote(c))
+			}
+		}
 	}
-	return append(lines, hidden...), nil
+	return p, nil
+}
+
+// applyNamespace makes what p needs and returns its shell lines. Nothing is
+// written through a link, and each host directory made is recorded first.
+func (n *Node) applyNamespace(p namespacePlan) ([]string, error) {
+	if len(p.private) > 0 {
+		if err := n.l.record("private", p.private...); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range p.hostDirs {
+		if err := n.hostDir(d); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range p.dirs {
+		if err := n.l.mkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("node namespace: %w", err)
+		}
+	}
+	for _, f := range p.files {
+		if err := n.l.mkdirAll(filepath.Dir(f.path), 0o755); err != nil {
+			return nil, fmt.Errorf("node namespace: %w", err)
+		}
+		if err := n.l.writeFile(f.path, f.data, 0o644); err != nil {
+			return nil, fmt.Errorf("node namespace: %w", err)
+		}
+	}
+	return p.lines, nil
 }
 
 // privateNetworkLines bring up a RuntimeOnly node's network namespace:
@@ -96,54 +174,6 @@ func privateNetworkLines() []string {
 		"ip link set critlet-node up",
 		"ip route add default dev critlet-node",
 	}
-}
-
-// hideCommands returns the lines that cover each of the configured host
-// programs with an empty file of the node's, which exec and PATH lookups
-// reject. A program the host does not have needs no cover.
-func (n *Node) hideCommands() ([]string, error) {
-	if len(n.cfg.HiddenCommands) == 0 {
-		return nil, nil
-	}
-	cover := n.l.mount("hidden-command")
-	if err := n.l.writeFile(cover, nil, 0o644); err != nil {
-		return nil, fmt.Errorf("node namespace: %w", err)
-	}
-	var lines []string
-	for _, c := range n.cfg.HiddenCommands {
-		if !filepath.IsAbs(c) {
-			return nil, fmt.Errorf("node namespace: hidden command %q is not an absolute path", c)
-		}
-		if _, err := os.Stat(c); err != nil {
-			continue
-		}
-		lines = append(lines, "mount --bind "+shellQuote(cover)+" "+shellQuote(c))
-	}
-	return lines, nil
-}
-
-// maskSysctls writes, for each /proc/sys key, a file holding the host's
-// current value, and returns the lines that bind-mount the files over the
-// keys: the node's processes then change the files, not the kernel.
-func (n *Node) maskSysctls(keys []string) ([]string, error) {
-	dir := n.l.path("sysctl")
-	if err := n.l.mkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("node namespace: %w", err)
-	}
-	var lines []string
-	for _, k := range keys {
-		src := filepath.Join("/proc/sys", k)
-		v, err := os.ReadFile(src)
-		if err != nil {
-			continue // not on this kernel: nothing to protect
-		}
-		f := filepath.Join(dir, strings.ReplaceAll(k, "/", "."))
-		if err := n.l.writeFile(f, v, 0o644); err != nil {
-			return nil, fmt.Errorf("node namespace: %w", err)
-		}
-		lines = append(lines, "mount --bind "+shellQuote(f)+" "+shellQuote(src))
-	}
-	return lines, nil
 }
 
 // namespaceHolder returns containerd's process, whose mount namespace is

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,9 +54,6 @@ func (n *Node) KubeletConfiguration(maxPods int32) ([]byte, error) {
 func (n *Node) SetKubelet(path string, flags, env []string, maxPods int32) {
 	n.cfg.Kubelet, n.cfg.KubeletFlags, n.cfg.KubeletEnv, n.cfg.MaxPods = path, flags, env, maxPods
 }
-
-// components in start order; Down stops them in reverse.
-var components = []string{Etcd, APIServer, Containerd, Kubelet}
 
 // Up starts the whole node and waits until it is Ready. A node already
 // running under cfg.StateDir is left as it is if every component is alive;
@@ -176,10 +174,6 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	if n.client, err = kubernetes.NewForConfig(restCfg); err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
-	starts := []func(context.Context) error{n.startEtcd, n.startAPIServer, n.startContainerd}
-	if n.cfg.RuntimeOnly {
-		starts = starts[2:]
-	}
 	if n.isAlive(Containerd) {
 		// A node left running: every part is checked as a start checks it.
 		if err := n.verifyRunning(ctx); err != nil {
@@ -187,8 +181,8 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		return n, nil
 	}
-	for _, start := range starts {
-		if err := start(ctx); err != nil {
+	for _, c := range n.cfg.base() {
+		if err := c.start(n, ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -204,25 +198,16 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 // verifyRunning checks the components of a node found running, each as
 // its start checks it, and imports the images if containerd lacks them.
 func (n *Node) verifyRunning(ctx context.Context) error {
-	checks := []struct {
-		name  string
-		check func(context.Context) error
-		what  string
-	}{{Etcd, n.etcdHealthy, "healthy"}, {APIServer, n.apiServerReady, "ready"}, {Containerd, n.criServing, "serving CRI"}}
-	if n.cfg.RuntimeOnly {
-		checks = checks[2:]
-	}
-	ports := map[string]int{Etcd: n.cfg.Ports.EtcdClient, APIServer: n.cfg.Ports.APIServer}
-	for _, c := range checks {
-		if err := n.waitRunning(ctx, c.name, 30*time.Second, c.what, c.check); err != nil {
+	for _, c := range n.cfg.base() {
+		if err := n.waitRunning(ctx, c.name, 30*time.Second, c.healthyMeans, func(ctx context.Context) error { return c.healthy(n, ctx) }); err != nil {
 			return err
 		}
-		if port, ok := ports[c.name]; ok {
+		if c.port != nil {
 			ref, _, err := process.Read(c.name, n.l.pidFile(c.name))
 			if err != nil {
 				return err
 			}
-			if err := checkListener(c.name, port, ref.PID); err != nil {
+			if err := checkListener(c.name, c.port(n.cfg), ref.PID); err != nil {
 				return err
 			}
 		}
@@ -255,14 +240,11 @@ func listOrNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
+// allAlive reports whether alive holds every component the node needs
+// before its kubelet (which may be absent: UpRuntime).
 func (n *Node) allAlive(alive []string) bool {
-	// The kubelet may be absent (UpRuntime); the rest must all run.
-	want := map[string]bool{Etcd: !n.cfg.RuntimeOnly, APIServer: !n.cfg.RuntimeOnly, Containerd: true}
-	for _, a := range alive {
-		delete(want, a)
-	}
-	for _, w := range want {
-		if w {
+	for _, c := range n.cfg.base() {
+		if !slices.Contains(alive, c.name) {
 			return false
 		}
 	}
@@ -294,7 +276,7 @@ func (n *Node) stopComponent(name string, grace time.Duration) error {
 // those whose PID files name a dead one.
 func (n *Node) running() (alive, stale []string, err error) {
 	for _, c := range components {
-		ref, ok, err := process.Read(c, n.l.pidFile(c))
+		ref, ok, err := process.Read(c.name, n.l.pidFile(c.name))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -302,9 +284,9 @@ func (n *Node) running() (alive, stale []string, err error) {
 			continue
 		}
 		if ref.Alive() {
-			alive = append(alive, c)
+			alive = append(alive, c.name)
 		} else {
-			stale = append(stale, c)
+			stale = append(stale, c.name)
 		}
 	}
 	return alive, stale, nil
@@ -318,7 +300,8 @@ func Status(cfg Config) ([]string, error) {
 	}
 	l := layout{cfg.StateDir}
 	var lines []string
-	for _, c := range components {
+	for _, comp := range components {
+		c := comp.name
 		ref, ok, err := process.Read(c, l.pidFile(c))
 		switch {
 		case err != nil:

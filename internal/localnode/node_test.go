@@ -17,7 +17,7 @@ import (
 
 	"github.com/critlet/critlet/internal/localnode/pki"
 	"github.com/critlet/critlet/internal/localnode/process"
-	"github.com/critlet/critlet/internal/testenv"
+	"github.com/critlet/critlet/test/testenv"
 )
 
 func testNode(t *testing.T) *Node {

@@ -52,7 +52,7 @@ func (n *Node) checkOwner() error {
 		return nil
 	}
 	if _, err := os.Lstat(filepath.Join(owner, markerFile)); err == nil {
-		return fmt.Errorf("the local node under %s owns this host's node resources (cgroup %s, bridge %s); stop it first: local-node down -state %s", owner, CgroupRoot, BridgeName, owner)
+		return fmt.Errorf("the local node under %s owns this host's node resources (cgroup %s, bridge %s); stop it first: local-node down --state %s", owner, CgroupRoot, BridgeName, owner)
 	}
 	left := hostLeftovers()
 	if len(left) == 0 {
@@ -63,7 +63,7 @@ func (n *Node) checkOwner() error {
 		return nil
 	}
 	return fmt.Errorf("%s names %s as the owner of this host's node resources, but that directory no longer holds a local node (no %s); left on this host: %s. "+
-		"To clear them, let that node's down find its directory again: mkdir -p %s && touch %s && local-node down -state %s "+
+		"To clear them, let that node's down find its directory again: mkdir -p %s && touch %s && local-node down --state %s "+
 		"(host directories it made as mount points, among %s, are not recorded any more: remove any that are empty and unused by hand)",
 		ownerFile, owner, markerFile, strings.Join(left, "; "), shellQuote(owner), shellQuote(filepath.Join(owner, markerFile)), shellQuote(owner), strings.Join(mountPoints, ", "))
 }

@@ -45,10 +45,18 @@ func TestNodeWritesThroughNoLink(t *testing.T) {
 		}},
 		{"containerd configuration", "containerd/config.toml", func(n *Node) error { _, err := n.writeContainerdConfig(); return err }},
 		{"CNI configuration", "cni/net.d/10-critlet.conflist", func(n *Node) error { _, err := n.writeContainerdConfig(); return err }},
-		{"masked sysctl", "sysctl/kernel.panic", func(n *Node) error { _, err := n.maskSysctls([]string{"kernel/panic"}); return err }},
+		{"masked sysctl", "sysctl/kernel.panic", func(n *Node) error {
+			_, err := n.applyNamespace(namespacePlan{files: []nodeFile{{n.l.path("sysctl", "kernel.panic"), []byte("0\n")}}})
+			return err
+		}},
 		{"hidden command's cover", "mounts/hidden-command", func(n *Node) error {
 			n.cfg.HiddenCommands = []string{"/bin/sh"}
-			_, err := n.hideCommands()
+			p, err := planNamespace(n.cfg, n.l, theHost)
+			if err != nil {
+				return err
+			}
+			p.hostDirs, p.private = nil, nil // the host's, not the state directory's
+			_, err = n.applyNamespace(p)
 			return err
 		}},
 		{"marker", markerFile, func(n *Node) error { return n.claim() }},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -65,22 +66,15 @@ func down(cfg Config) error {
 			errs = append(errs, err)
 		}
 	}
-	stop := func(name string, grace time.Duration) { note(n.stopComponent(name, grace)) }
-
-	stop(Kubelet, 10*time.Second)
-	// Whatever else joined the node (a suite and the kubelet it started)
-	// goes before the sandboxes, so that nobody starts them again.
-	note(n.killJoined())
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	if err := n.removeSandboxes(ctx); err != nil {
-		// Not fatal: what the runtime cannot remove is killed below.
-		n.cfg.Log.Info("Removing pod sandboxes through CRI failed; their processes are killed instead", "err", err)
+	for _, c := range slices.Backward(components) {
+		if c.beforeStop != nil {
+			note(c.beforeStop(n))
+		}
+		note(n.stopComponent(c.name, stopGrace))
+		if c.afterStop != nil {
+			note(c.afterStop(n))
+		}
 	}
-	cancel()
-	stop(Containerd, 10*time.Second)
-	note(killShims(n.l.criSocket()))
-	stop(APIServer, 10*time.Second)
-	stop(Etcd, 10*time.Second)
 
 	var hostFailed error
 	if owns {
@@ -122,7 +116,7 @@ var clearHost = func(hostDirs []string) (failed, kept error) {
 func (n *Node) releaseClaim(hostFailed error) error {
 	if hostFailed != nil {
 		return fmt.Errorf("%s keeps naming %s as the owner of this host's node resources (cgroup %s, bridge %s) until they are cleared: "+
-			"once the errors above are dealt with, run local-node down -state %s again", ownerFile, n.l.root, CgroupRoot, BridgeName, shellQuote(n.cfg.StateDir))
+			"once the errors above are dealt with, run local-node down --state %s again", ownerFile, n.l.root, CgroupRoot, BridgeName, shellQuote(n.cfg.StateDir))
 	}
 	if err := os.Remove(ownerFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("releasing the claim on this host's node resources: %w", err)
@@ -163,3 +157,26 @@ func deleteBridge() error {
 	}
 	return nil
 }
+
+// stopGrace is how long a component has to exit on SIGTERM.
+const stopGrace = 10 * time.Second
+
+// killJoinedAfterKubelet: whatever else joined the node (a suite and the
+// kubelet it started) goes before the sandboxes, so that nobody starts them
+// again.
+func killJoinedAfterKubelet(n *Node) error { return n.killJoined() }
+
+// removeSandboxesBeforeContainerd removes the pods' sandboxes through CRI.
+// A failure is not fatal: what the runtime cannot remove is killed once it
+// has stopped (killShimsAfterContainerd).
+func removeSandboxesBeforeContainerd(n *Node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := n.removeSandboxes(ctx); err != nil {
+		n.cfg.Log.Info("Removing pod sandboxes through CRI failed; their processes are killed instead", "err", err)
+	}
+	return nil
+}
+
+// killShimsAfterContainerd kills the shims containerd leaves running.
+func killShimsAfterContainerd(n *Node) error { return killShims(n.l.criSocket()) }

@@ -90,7 +90,7 @@ func TestFailedCleanupKeepsTheClaim(t *testing.T) {
 
 	err := Down(Config{StateDir: dir})
 	if err == nil || !strings.Contains(err.Error(), "device or resource busy") || !strings.Contains(err.Error(), "keeps naming "+dir+" as the owner") ||
-		!strings.Contains(err.Error(), "local-node down -state "+shellQuote(dir)+" again") {
+		!strings.Contains(err.Error(), "local-node down --state "+shellQuote(dir)+" again") {
 		t.Errorf("Down with a failed cleanup: %v, want the failure and the kept claim reported", err)
 	}
 	if owner := hostOwner(); owner != dir {

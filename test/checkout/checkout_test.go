@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/critlet/critlet/internal/testenv"
+	"github.com/critlet/critlet/test/testenv"
 )
 
 func TestMakeWithSpacesInPaths(t *testing.T) {

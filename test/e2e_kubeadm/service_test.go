@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/critlet/critlet/internal/localnode"
-	"github.com/critlet/critlet/internal/scratchroot"
-	"github.com/critlet/critlet/internal/systemdunit"
+	"github.com/critlet/critlet/test/scratchroot"
+	"github.com/critlet/critlet/test/systemdunit"
 )
 
 // installed is a kubelet as its package installs it: a root holding the

@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/critlet/critlet/internal/localnode"
-	"github.com/critlet/critlet/internal/testenv"
+	"github.com/critlet/critlet/test/testenv"
 	"github.com/critlet/critlet/test/prediction"
 )
 

@@ -62,7 +62,7 @@ func checkLocalUpDown(bin, dir string) (string, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmd := exec.Command(filepath.Join(bin, "local-node"), "up", "-state", d, "-bin", bin, "-kubelet", filepath.Join(bin, "kubelet"))
+			cmd := exec.Command(filepath.Join(bin, "local-node"), "up", "--state", d, "--bin", bin, "--kubelet", filepath.Join(bin, "kubelet"))
 			results[i].out, results[i].err = cmd.CombinedOutput()
 		}()
 	}
@@ -107,8 +107,8 @@ func downIfNode(bin, dir string) error {
 	if _, err := os.Stat(filepath.Join(dir, ".critlet-local-node")); err != nil {
 		return nil
 	}
-	if out, err := exec.Command(filepath.Join(bin, "local-node"), "down", "-state", dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("local-node down -state %s: %v\n%s", dir, err, out)
+	if out, err := exec.Command(filepath.Join(bin, "local-node"), "down", "--state", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("local-node down --state %s: %v\n%s", dir, err, out)
 	}
 	return nil
 }

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/critlet/critlet/internal/scratchroot"
-	"github.com/critlet/critlet/internal/systemdunit"
+	"github.com/critlet/critlet/test/scratchroot"
+	"github.com/critlet/critlet/test/systemdunit"
 )
 
 var packageDir = flag.String("package-dir", "../../_output/package", "where make package put critlet's .deb")

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/critlet/critlet/internal/systemdunit"
+	"github.com/critlet/critlet/test/systemdunit"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
 )
 

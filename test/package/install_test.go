@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/critlet/critlet/internal/scratchroot"
-	"github.com/critlet/critlet/internal/systemdunit"
+	"github.com/critlet/critlet/test/scratchroot"
+	"github.com/critlet/critlet/test/systemdunit"
 )
 
 // newRoot is an empty scratch root.

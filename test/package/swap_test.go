@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/critlet/critlet/internal/scratchroot"
-	"github.com/critlet/critlet/internal/testenv"
+	"github.com/critlet/critlet/test/scratchroot"
+	"github.com/critlet/critlet/test/testenv"
 )
 
 // nextRelease is this commit's packages as revision 2: what an upgrade

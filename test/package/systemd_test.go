@@ -221,7 +221,7 @@ func (tb *swapTable) step(t *testing.T, name string, want unitState, wantSaid st
 	return row
 }
 
-// markdown is the table as the README's swap table has it.
+// markdown is the table as docs/install.md's swap table has it.
 func (tb *swapTable) markdown() string {
 	var b bytes.Buffer
 	b.WriteString("| " + tb.format + " | before | after | systemctl calls | scripts said |\n| --- | --- | --- | --- | --- |\n")

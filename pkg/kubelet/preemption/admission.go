@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/checkpoint"
+	"github.com/critlet/critlet/pkg/kubelet/preemption/planning"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/termination"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
 )
@@ -49,7 +50,7 @@ type failure struct {
 // kubelet admits it after failed kills.
 func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time, admitPod *v1.Pod, reqs []victims.Requirement) error {
 	policy := string(c.opts.Policy)
-	pods, cands, err := candidates(admitPod, c.getPodsFunc(), reqs)
+	pods, cands, err := planning.Candidates(admitPod, c.getPodsFunc(), reqs)
 	if err != nil {
 		return c.refuse(admitPod, err)
 	}

@@ -26,6 +26,7 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/kubelet/preemption/planning"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
 )
 
@@ -358,11 +359,11 @@ func TestDifferentialAgainstStock(t *testing.T) {
 // stock kubelet killed, in its order, and refuses where it refused.
 func checkPlan(t *testing.T, c int, admitPod *v1.Pod, pods []*v1.Pod, reasons []lifecycle.PredicateFailureReason, op lifecycle.Operation, want outcome) {
 	t.Helper()
-	reqs, other := Shortfall(reasons)
+	reqs, other := planning.Shortfall(reasons)
 	if !kubetypes.IsCriticalPod(admitPod) || op != lifecycle.AddOperation || len(other) > 0 || len(reqs) == 0 {
 		return
 	}
-	planned, err := Plan(victims.PolicyUpstream, admitPod, pods, reqs)
+	planned, err := planning.Plan(victims.PolicyUpstream, admitPod, pods, reqs)
 	var got, killed []string
 	for _, p := range planned {
 		got = append(got, string(p.UID))

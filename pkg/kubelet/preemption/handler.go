@@ -1,13 +1,7 @@
-// Package preemption admits critical pods that do not fit by preempting
-// other pods. It replaces the stock kubelet's package of the same path with
-// the same API: the kubelet's NewMainKubelet builds the handler unchanged.
-// Victims are chosen by the pure package victims; settings come from package
-// options.
 package preemption
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -21,6 +15,7 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/kubelet/preemption/planning"
 	"github.com/critlet/critlet/pkg/patched"
 )
 
@@ -82,7 +77,7 @@ func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context
 	if operation == lifecycle.ResizeOperation && utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScalingSchedulerPreemption) {
 		return failureReasons, nil
 	}
-	reqs, other := Shortfall(failureReasons)
+	reqs, other := planning.Shortfall(failureReasons)
 	if len(other) > 0 {
 		// Only resource shortfalls can be fixed by preemption; report the rest.
 		return other, nil
@@ -95,11 +90,5 @@ func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context
 func (c *CriticalPodAdmissionHandler) refuse(admitPod *v1.Pod, err error) error {
 	c.recorder.Eventf(admitPod, v1.EventTypeWarning, reasonPreemptionImpossible,
 		"Preempting pods cannot make room (policy %s): %v", c.opts.Policy, err)
-	return Refusal(err)
-}
-
-// Refusal is the error the handler returns when no set of pods can make
-// room, worded as the stock kubelet's: admission puts it in the pod's status.
-func Refusal(err error) error {
-	return fmt.Errorf("preemption: error finding a set of pods to preempt: %w", err)
+	return planning.Refusal(err)
 }

@@ -1,4 +1,4 @@
-package preemption
+package planning
 
 import (
 	"fmt"
@@ -21,11 +21,13 @@ var qosClasses = map[v1.PodQOSClass]victims.QOSClass{
 	v1.PodQOSGuaranteed: victims.Guaranteed,
 }
 
-// candidates returns the pods admitPod may preempt, in their given order,
+// Candidates returns the pods admitPod may preempt, in their given order,
 // and the same pods as the selection engine sees them: each pod's requests
 // are computed once here, where the stock kubelet recomputes them for every
-// comparison.
-func candidates(admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement) ([]*v1.Pod, []victims.Candidate, error) {
+// comparison. A pod requesting a negative amount is an error.
+//
+// Cost: O(pods × len(reqs)).
+func Candidates(admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement) ([]*v1.Pod, []victims.Candidate, error) {
 	podLevel := utilfeature.DefaultFeatureGate.Enabled(features.PodLevelResources)
 	names := make([]v1.ResourceName, len(reqs))
 	for j, r := range reqs {

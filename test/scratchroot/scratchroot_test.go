@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/critlet/critlet/internal/testenv"
+	"github.com/critlet/critlet/test/testenv"
 )
 
 // buildDeb makes a package holding /usr/share/demo/file and the
