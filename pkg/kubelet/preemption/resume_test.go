@@ -91,6 +91,19 @@ func count(events []string, reason string) int {
 
 var resumeCast = []*v1.Pod{bestEffortPod, smallBurstable, largeBurstable, smallGuaranteed, largeGuaranteed}
 
+// admitCritical has a handler under opts admit the cluster-critical pod,
+// short of mib MiB, among resumeCast, killing with k; it returns the events.
+func admitCritical(t *testing.T, opts options.Options, k *recordingKill, mib int64) []string {
+	t.Helper()
+	rec := record.NewFakeRecorder(20)
+	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, opts)
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(mib), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	return drainEvents(rec)
+}
+
 func resuming() options.Options {
 	o := options.Defaults()
 	o.Resume = true
@@ -112,12 +125,7 @@ func TestResumeContinuesTheRecordedPreemption(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &recordingKill{}
-	rec := record.NewFakeRecorder(20)
-	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
-	_, ctx := ktesting.NewTestContext(t)
-	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
-		t.Fatal(err)
-	}
+	events := admitCritical(t, resuming(), k, 550)
 	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
 		t.Fatalf("killed %v, want the recorded victims", got)
 	}
@@ -133,7 +141,6 @@ func TestResumeContinuesTheRecordedPreemption(t *testing.T) {
 			}
 		}
 	}
-	events := drainEvents(rec)
 	if n := count(events, "Preempting"); n != 1 {
 		t.Errorf("%d Preempting events, want 1 (only the victim never signalled): %q", n, events)
 	}
@@ -165,16 +172,11 @@ func TestResumeRecordsBeforeKilling(t *testing.T) {
 		}
 		return nil
 	}
-	rec := record.NewFakeRecorder(20)
-	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
-	_, ctx := ktesting.NewTestContext(t)
-	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
-		t.Fatal(err)
-	}
+	events := admitCritical(t, resuming(), k, 550)
 	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
 		t.Fatalf("killed %v", got)
 	}
-	if n := count(drainEvents(rec), "Preempting"); n != 2 {
+	if n := count(events, "Preempting"); n != 2 {
 		t.Errorf("%d Preempting events, want 2", n)
 	}
 	s, err := checkpoint.Open(klog.Background(), root, time.Now)
@@ -196,16 +198,11 @@ func TestResumeOffIgnoresTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &recordingKill{}
-	rec := record.NewFakeRecorder(20)
-	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, options.Defaults())
-	_, ctx := ktesting.NewTestContext(t)
-	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
-		t.Fatal(err)
-	}
+	events := admitCritical(t, options.Defaults(), k, 550)
 	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
 		t.Fatalf("killed %v, want upstream's choice", got)
 	}
-	if n := count(drainEvents(rec), "Preempting"); n != 2 {
+	if n := count(events, "Preempting"); n != 2 {
 		t.Errorf("%d Preempting events, want 2", n)
 	}
 	if got, ok := store.Find(clusterCritPod.UID); !ok || len(got.Victims) != 1 {
@@ -225,17 +222,12 @@ func TestResumeChoosesOnlyWhatTheRecordedVictimsMiss(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &recordingKill{}
-	rec := record.NewFakeRecorder(20)
-	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
-	_, ctx := ktesting.NewTestContext(t)
-	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(350), lifecycle.AddOperation); err != nil {
-		t.Fatal(err)
-	}
+	events := admitCritical(t, resuming(), k, 350)
 	got := k.names()
 	if !slices.Contains(got, smallBurstable.Name) || len(got) < 2 {
 		t.Fatalf("killed %v, want the recorded small-burstable and more for the 250Mi it leaves", got)
 	}
-	if n := count(drainEvents(rec), "Preempting"); n != len(got)-1 {
+	if n := count(events, "Preempting"); n != len(got)-1 {
 		t.Errorf("%d Preempting events for %d victims, one resumed", n, len(got))
 	}
 }
@@ -284,12 +276,7 @@ func TestResumeWithEveryRecordedVictimGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &recordingKill{}
-	rec := record.NewFakeRecorder(20)
-	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
-	_, ctx := ktesting.NewTestContext(t)
-	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
-		t.Fatal(err)
-	}
+	events := admitCritical(t, resuming(), k, 550)
 	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
 		t.Fatalf("killed %v, want upstream's choice", got)
 	}
@@ -298,7 +285,7 @@ func TestResumeWithEveryRecordedVictimGone(t *testing.T) {
 			t.Errorf("%s killed with override %d, want its own grace", c.pod, *c.override)
 		}
 	}
-	if n := count(drainEvents(rec), "Preempting"); n != 2 {
+	if n := count(events, "Preempting"); n != 2 {
 		t.Errorf("%d Preempting events, want 2", n)
 	}
 	if _, ok := store.Find(clusterCritPod.UID); ok {
