@@ -44,6 +44,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	nodeName := fs.String("node-name", "critlet-node", "the node's name")
 	maxPods := fs.Int("max-pods", 0, "the kubelet's maxPods (0: the kubelet's default)")
 	if err := fs.Parse(args[1:]); err != nil {
+		if !errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(stderr, "local-node %s: %v\n", cmd, err)
+		}
 		return 2
 	}
 	var cfg localnode.Config

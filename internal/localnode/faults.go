@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/critlet/critlet/internal/localnode/process"
 )
 
 // The faults a production node meets, on demand: a kubelet killed outright,
-// and an API server or a containerd restarted under a running kubelet. Each
-// leaves the rest of the node as it was.
+// an API server or a containerd restarted under a running kubelet, a
+// container the runtime loses. Each leaves the rest of the node as it was.
 
 // KillKubelet kills the kubelet with SIGKILL, as the OOM killer or a crash
 // would: it gets no chance to finish what it was doing. Its pods and their
@@ -112,4 +115,21 @@ func (n *Node) runningComponent(name string) (process.Ref, error) {
 		return process.Ref{}, fmt.Errorf("%s is not running", name)
 	}
 	return ref.Component()
+}
+
+// RemoveContainer removes a container behind the kubelet's back, as a
+// runtime that lost it would: containerd stops it at once (SIGKILL) and
+// forgets it. id is the container's ID, with or without its
+// "containerd://" prefix.
+func (n *Node) RemoveContainer(ctx context.Context, id string) error {
+	rt, closeFn, err := n.criClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	id = strings.TrimPrefix(id, "containerd://")
+	if _, err := rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+		return fmt.Errorf("removing container %s: %w", id, err)
+	}
+	return nil
 }

@@ -82,7 +82,20 @@ func (p *podWorkers) critletRetryUnreachableKill(logger klog.Logger, uid types.U
 	critletUnreachableKillRetries.Inc()
 	logger.Info("Killing a pod failed with the container runtime unreachable; retrying soon", "pod", klog.KObj(last.Pod), "podUID", uid,
 		"after", delay.Round(time.Millisecond), "err", syncErr)
-	time.AfterFunc(delay, func() { p.UpdatePod(klog.NewContext(context.Background(), logger), retry) })
+	time.AfterFunc(delay, func() {
+		// A pod that finished terminating meanwhile needs no retry; one
+		// finishing between this check and the update ignores it.
+		if p.critletStillTerminating(uid) {
+			p.UpdatePod(klog.NewContext(context.Background(), logger), retry)
+		}
+	})
+}
+
+func (p *podWorkers) critletStillTerminating(uid types.UID) bool {
+	p.podLock.Lock()
+	defer p.podLock.Unlock()
+	status, ok := p.podSyncStatuses[uid]
+	return ok && status.IsTerminationRequested() && !status.IsTerminated()
 }
 
 // critletRestartsNotCounted returns how many of the restarts just counted

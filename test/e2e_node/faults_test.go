@@ -327,3 +327,42 @@ func stubborn(s podSpec, grace int64) podSpec {
 	s.gracePeriod = ptr.To(grace)
 	return s
 }
+
+// The runtime loses a victim's container while the kubelet terminates it
+// (removed through CRI once the victim has received SIGTERM). Upstream
+// infers from a running container gone missing that it was restarted,
+// unless the pod was deleted through the API, and counts a restart for a
+// container that started once; the stock kubelet and critlet's defaults
+// are noted, whatever they count. With --critical-preemption-outage-recovery
+// no restart is counted for a pod the kubelet is terminating, and the
+// kubelet says so (proving the case arose).
+func TestContainerLostMidPreemption(t *testing.T) {
+	runScenario(t, "23 a victim's container lost by the runtime while it terminates", faultOptions, func(e *env) {
+		w := e.newWitness()
+		victim := e.createRunning(w.witnessed(burstable("burstable", "200m", "200Mi"), 30))[0]
+		id := containerID(victim)
+		need := e.allocatable()
+		start := time.Now()
+		crit := e.create(critical("critical", need))
+		e.waitSigterm(w, []*v1.Pod{victim}, time.Minute)
+		if err := suite.RemoveContainer(e.ctx, id); err != nil {
+			e.t.Fatalf("removing the victim's container: %v", err)
+		}
+		e.waitPhase(crit, 2*time.Minute, v1.PodRunning)
+		e.row.latency = time.Since(start)
+		e.settle(5 * time.Second)
+		cur := e.expectTerminatedByPreemption(victim, killed)
+		if r := e.expectStartedOnceByRuntime(w, victim); len(r.sigterms) != 1 {
+			e.t.Errorf("victim received %d SIGTERMs, want 1", len(r.sigterms))
+		}
+		e.note("victim's status: container ID %q, restart count %d", containerID(cur), restarts(cur))
+		e.expectVictims(victim.Name)
+		if !e.recovering() {
+			return
+		}
+		if n := restarts(cur); n != 0 {
+			e.t.Errorf("the victim's status counts %d restarts; its container started once", n)
+		}
+		e.expectLogged(`"Not counting a restart for a container missing while its pod is terminated" pod="e2e/burstable"`)
+	})
+}
