@@ -21,8 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/critlet/critlet/internal/localnode"
-	"github.com/critlet/critlet/test/testenv"
 	"github.com/critlet/critlet/test/prediction"
+	"github.com/critlet/critlet/test/testenv"
 )
 
 // testNamespace holds the scenarios' non-critical pods; critical ones go to

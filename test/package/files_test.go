@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/critlet/critlet/test/systemdunit"
 	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/test/systemdunit"
 )
 
 // repo is the repository root.
