@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/critlet/critlet/pkg/kubelet/readmission"
+	"github.com/critlet/critlet/pkg/patched"
 	"github.com/critlet/critlet/test/prediction"
 )
 
@@ -172,12 +173,13 @@ func TestRefusedStaticPodReadmitted(t *testing.T) {
 	opts := scenarioOptions{maxPods: maxPods, critletVariants: []kubeletUnderTest{readmitting}}
 	runScenario(t, "20 static pod refused at maxPods, then a pod leaves", opts, func(e *env) {
 		if !e.kubelet.stock() {
-			// The settings line names the patches built in and those on.
+			// The settings line names the patches built in (every declared
+			// one) and those on.
 			on := "critical-pod-admission"
 			if readmits(e.kubelet) {
 				on += ",static-pod-readmission"
 			}
-			e.expectSettingsLogged(`patches="critical-pod-admission,static-pod-readmission"`, `on="`+on+`"`)
+			e.expectSettingsLogged(`patches="`+strings.Join(declaredPatches(), ",")+`"`, `on="`+on+`"`)
 		}
 		fillers := e.createRunning(criticalFillers("filler", maxPods, "10m")...)
 		// Refused first, so that were it not forgotten once its manifest is
@@ -401,4 +403,13 @@ func TestReadmittedStaticPodPreempts(t *testing.T) {
 		}
 		e.expectPhase(big, v1.PodRunning)
 	})
+}
+
+// declaredPatches names the patches pkg/patched declares, in its order.
+func declaredPatches() []string {
+	var names []string
+	for _, p := range patched.Patches {
+		names = append(names, p.Name)
+	}
+	return names
 }
