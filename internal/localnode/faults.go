@@ -31,7 +31,7 @@ func (n *Node) KillKubelet() error {
 		return fmt.Errorf("kubelet (pid %d): SIGKILL: %w", kubelet.PID, err)
 	}
 	// The supervisor records the exit and follows; then the PID file goes.
-	return n.stopComponent(Kubelet, 10*time.Second)
+	return n.stopComponent(Kubelet, stopGrace)
 }
 
 // RestartAPIServer stops the API server and starts it again on the same
@@ -41,7 +41,7 @@ func (n *Node) RestartAPIServer(ctx context.Context) error {
 	if n.cfg.RuntimeOnly {
 		return errors.New("a RuntimeOnly node has no API server")
 	}
-	if err := n.stopComponent(APIServer, 10*time.Second); err != nil {
+	if err := n.stopComponent(APIServer, stopGrace); err != nil {
 		return fmt.Errorf("restarting %s: %w", APIServer, err)
 	}
 	if err := n.startAPIServer(ctx); err != nil {
@@ -65,7 +65,7 @@ func (n *Node) RestartContainerd(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restarting containerd: %w", err)
 	}
-	if err := n.stopComponent(Containerd, 10*time.Second); err != nil {
+	if err := n.stopComponent(Containerd, stopGrace); err != nil {
 		return fmt.Errorf("restarting containerd: %w", err)
 	}
 	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID)}

@@ -185,7 +185,7 @@ func (n *Node) kubeletSpec() string {
 
 // StopKubelet stops the kubelet, leaving its pods to the runtime, as a
 // kubelet restart does.
-func (n *Node) StopKubelet() error { return n.stopComponent(Kubelet, 10*time.Second) }
+func (n *Node) StopKubelet() error { return n.stopComponent(Kubelet, stopGrace) }
 
 // KubeletAlive reports whether the kubelet process still runs.
 func (n *Node) KubeletAlive() bool { return n.isAlive(Kubelet) }

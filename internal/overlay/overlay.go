@@ -127,9 +127,10 @@ func planHooks(plan *Plan, upstreamDir, genDir string, patches []patched.Patch) 
 // the file when err is about the file as a whole.
 func patchOf(of []hooksOf, err error) string {
 	var he *HookError
+	hookErr := errors.As(err, &he)
 	var names []string
 	for _, ph := range of {
-		if errors.As(err, &he) && slices.Contains(ph.hooks, he.Hook) {
+		if hookErr && slices.Contains(ph.hooks, he.Hook) {
 			return ph.patch.Name
 		}
 		names = append(names, ph.patch.Name)

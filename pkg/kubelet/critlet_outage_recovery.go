@@ -7,9 +7,10 @@ package kubelet
 //
 //   - Upstream's pod workers retry a failed sync after 10s; a kill cut off
 //     by a runtime restart therefore waits that long after the runtime is
-//     back (kubernetes#92906). Here a terminating pod whose kill failed with
-//     the runtime unreachable is handed to its pod worker again on package
-//     killretry's schedule (250ms doubling to 2s).
+//     back (kubernetes#92906), and the new stop starts a whole new grace
+//     period. Here a terminating pod whose kill failed with the runtime
+//     unreachable is handed to its pod worker again on package killretry's
+//     schedule (250ms doubling to 2s), with the grace it has left.
 //   - While the runtime restarts, a running container may be missing from
 //     its answer; upstream then counts a restart unless the pod was deleted
 //     (convertToAPIContainerStatuses). A pod the kubelet is terminating is
@@ -60,42 +61,51 @@ func critletOutageRecovery() bool {
 // critletRetryUnreachableKill runs after completeWork queued uid's failed
 // sync for the usual backoff. For a terminating pod whose sync failed with
 // the runtime unreachable it hands the pod workers the pod's last update
-// again after killretry's delay. The work queue would not do: the sync loop
-// that drains it is the goroutine admitting the critical pod, blocked until
-// the victims are gone. A retry that fails the same way comes back here;
-// one for a pod terminated meanwhile is ignored by the pod workers.
+// again after killretry's delay, with what is left of the grace period the
+// termination began with. The work queue would not do: the sync loop that
+// drains it is the goroutine admitting the critical pod, blocked until the
+// victims are gone. A retry that fails the same way comes back here.
 func (p *podWorkers) critletRetryUnreachableKill(logger klog.Logger, uid types.UID, syncErr error) {
 	if !critletOutageRecovery() || !killretry.Unreachable(syncErr) {
 		return
 	}
-	p.podLock.Lock()
-	var last *UpdatePodOptions
-	if status, ok := p.podSyncStatuses[uid]; ok && status.IsTerminationRequested() && !status.IsTerminated() {
-		last = status.activeUpdate
-	}
-	p.podLock.Unlock()
-	if last == nil || last.Pod == nil {
+	if p.critletTerminating(uid) == nil {
 		return
 	}
-	retry := UpdatePodOptions{Pod: last.Pod, MirrorPod: last.MirrorPod, UpdateType: kubetypes.SyncPodKill}
 	delay := killretry.Shared.Failed(uid, p.clock.Now())
 	critletUnreachableKillRetries.Inc()
-	logger.Info("Killing a pod failed with the container runtime unreachable; retrying soon", "pod", klog.KObj(last.Pod), "podUID", uid,
+	logger.Info("Killing a pod failed with the container runtime unreachable; retrying soon", "podUID", uid,
 		"after", delay.Round(time.Millisecond), "err", syncErr)
 	time.AfterFunc(delay, func() {
-		// A pod that finished terminating meanwhile needs no retry; one
-		// finishing between this check and the update ignores it.
-		if p.critletStillTerminating(uid) {
-			p.UpdatePod(klog.NewContext(context.Background(), logger), retry)
+		// Read when the retry goes: a pod that finished terminating
+		// meanwhile needs none (one finishing after this check ignores it).
+		retry := p.critletTerminating(uid)
+		if retry == nil {
+			return
 		}
+		logger.V(2).Info("Retrying the kill of a pod after the container runtime was unreachable", "pod", klog.KObj(retry.Pod), "podUID", uid,
+			"gracePeriodLeft", *retry.KillPodOptions.PodTerminationGracePeriodSecondsOverride)
+		p.UpdatePod(klog.NewContext(context.Background(), logger), *retry)
 	})
 }
 
-func (p *podWorkers) critletStillTerminating(uid types.UID) bool {
+// critletTerminating returns, for a pod whose termination has begun and not
+// ended, a kill update repeating its last one with the grace period it has
+// left; nil for any other pod.
+func (p *podWorkers) critletTerminating(uid types.UID) *UpdatePodOptions {
 	p.podLock.Lock()
 	defer p.podLock.Unlock()
 	status, ok := p.podSyncStatuses[uid]
-	return ok && status.IsTerminationRequested() && !status.IsTerminated()
+	if !ok || !status.IsTerminationRequested() || status.IsTerminated() || status.activeUpdate == nil || status.activeUpdate.Pod == nil {
+		return nil
+	}
+	left := killretry.GraceLeft(status.gracePeriod, p.clock.Since(status.terminatingAt))
+	return &UpdatePodOptions{
+		Pod:            status.activeUpdate.Pod,
+		MirrorPod:      status.activeUpdate.MirrorPod,
+		UpdateType:     kubetypes.SyncPodKill,
+		KillPodOptions: &KillPodOptions{PodTerminationGracePeriodSecondsOverride: &left},
+	}
 }
 
 // critletRestartsNotCounted returns how many of the restarts just counted

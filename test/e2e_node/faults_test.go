@@ -363,6 +363,15 @@ func TestContainerLostMidPreemption(t *testing.T) {
 		if n := restarts(cur); n != 0 {
 			e.t.Errorf("the victim's status counts %d restarts; its container started once", n)
 		}
-		e.expectLogged(`"Not counting a restart for a container missing while its pod is terminated" pod="e2e/burstable"`)
+		// The container is gone from the status when the kubelet looked
+		// after containerd had forgotten it, the case the setting is for:
+		// the kubelet must then say it counted no restart. Had the kubelet
+		// seen the container exit before containerd forgot it (a race this
+		// machine has not lost yet), there is nothing to prove but the count.
+		if containerID(cur) == "" {
+			e.expectLogged(`"Not counting a restart for a container missing while its pod is terminated" pod="e2e/burstable"`)
+		} else {
+			e.note("the kubelet saw the container exit before the runtime forgot it: no restart to withhold")
+		}
 	})
 }

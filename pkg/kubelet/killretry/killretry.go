@@ -13,6 +13,7 @@ package killretry
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,19 @@ func Delay(n int) time.Duration {
 		d *= 2
 	}
 	return min(d, Max)
+}
+
+// GraceLeft is what remains, in whole seconds rounded up, of a grace
+// period of grace seconds that began elapsed ago; 0 once it has run out.
+// A retried kill is given only this: the pod was signalled when its
+// termination began, and a runtime that restarted since forgot the
+// signal's deadline, not the pod's right to it.
+func GraceLeft(grace int64, elapsed time.Duration) int64 {
+	left := time.Duration(grace)*time.Second - elapsed
+	if left <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(left.Seconds()))
 }
 
 type run struct {

@@ -72,3 +72,18 @@ func TestTrackerRunsAndRetries(t *testing.T) {
 		t.Fatalf("Retries(b) = %d after its run was forgotten, want 0", n)
 	}
 }
+
+func TestGraceLeft(t *testing.T) {
+	for _, tc := range []struct {
+		grace   int64
+		elapsed time.Duration
+		want    int64
+	}{
+		{10, 0, 10}, {10, 1500 * time.Millisecond, 9}, {10, 9999 * time.Millisecond, 1},
+		{10, 10 * time.Second, 0}, {10, time.Minute, 0}, {0, 0, 0},
+	} {
+		if got := GraceLeft(tc.grace, tc.elapsed); got != tc.want {
+			t.Errorf("GraceLeft(%d, %s) = %d, want %d", tc.grace, tc.elapsed, got, tc.want)
+		}
+	}
+}

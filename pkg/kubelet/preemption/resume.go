@@ -47,27 +47,25 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 			"began", prior.Started, "recorded", len(prior.Victims))
 		return victims.Select(c.opts.Policy, a.reqs, cands)
 	}
+	rest := victims.Remaining(a.reqs, cands, plan)
+	if !victims.Met(rest) {
+		untried, sub := untriedCandidates(cands, tried)
+		more, err := victims.Select(c.opts.Policy, rest, sub)
+		if err != nil {
+			// The node changed under the record: choose afresh.
+			a.logger.Info("The recorded victims no longer make room; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod), "err", err)
+			a.resumed = nil
+			return victims.Select(c.opts.Policy, a.reqs, cands)
+		}
+		for _, k := range more {
+			plan = append(plan, untried[k])
+		}
+	}
 	// The record goes on as it began, so it ages from its first kill.
 	a.record = checkpoint.Preemption{PodUID: prior.PodUID, Namespace: prior.Namespace, Name: prior.Name, Started: prior.Started}
-	rest := victims.Remaining(a.reqs, cands, plan)
 	a.logger.Info("Resuming the preemption an earlier kubelet began for this pod", "requestingPod", klog.KObj(a.admitPod),
-		"began", prior.Started, "recorded", len(prior.Victims), "stillHere", len(plan), "met", victims.Met(rest))
+		"began", prior.Started, "recorded", len(prior.Victims), "stillHere", len(a.resumed), "victims", len(plan))
 	resumedPreemptions.Inc()
-	if victims.Met(rest) {
-		return plan, nil
-	}
-	untried, sub := untriedCandidates(cands, tried)
-	more, err := victims.Select(c.opts.Policy, rest, sub)
-	if err != nil {
-		// The node changed under the record: choose afresh.
-		a.logger.Info("The recorded victims no longer make room; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod), "err", err)
-		a.resumed = nil
-		a.record = checkpoint.Preemption{}
-		return victims.Select(c.opts.Policy, a.reqs, cands)
-	}
-	for _, k := range more {
-		plan = append(plan, untried[k])
-	}
 	return plan, nil
 }
 

@@ -92,9 +92,13 @@ func (a *admission) kill(pod *v1.Pod) error {
 	if left, ok := a.resumedKill(pod); ok {
 		override = &left
 	}
+	kill := func() error { return c.killPodFunc(pod, true, override, preemptedStatus(pod)) }
+	if !c.opts.OutageRecovery {
+		return kill()
+	}
 	seen := killretry.Shared.Retries(pod.UID)
-	err := c.killPodFunc(pod, true, override, preemptedStatus(pod))
-	for n := 0; err != nil && c.opts.OutageRecovery && n < maxOutageWaits; n++ {
+	err := kill()
+	for n := 0; err != nil && n < maxOutageWaits; n++ {
 		retries := killretry.Shared.Retries(pod.UID)
 		if retries == seen {
 			break
@@ -103,7 +107,7 @@ func (a *admission) kill(pod *v1.Pod) error {
 		a.logger.Info("Waiting on for a victim whose kill is being retried after the container runtime was unreachable", "pod", klog.KObj(pod),
 			"retries", retries-seen, "requestingPod", klog.KObj(a.admitPod), "err", err)
 		seen = retries
-		err = c.killPodFunc(pod, true, override, preemptedStatus(pod))
+		err = kill()
 	}
 	return err
 }

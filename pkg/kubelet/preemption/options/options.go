@@ -55,9 +55,10 @@ type Options struct {
 	// OutageRecovery turns on the outage-recovery patch: a pod's kill that
 	// failed because the container runtime was unreachable is retried as
 	// soon as the runtime answers (bounded backoff, not the pod workers'
-	// 10s), admission waits on for such a victim, and a container the
-	// runtime briefly lost while its pod was being terminated is not counted
-	// as a restart. Off, as the stock kubelet.
+	// 10s) with the grace it has left, admission waits on for such a
+	// victim, and a container the runtime briefly lost while its pod was
+	// being terminated is not counted as a restart. Off, as the stock
+	// kubelet.
 	OutageRecovery bool
 }
 
@@ -169,7 +170,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.BoolVar(&o.Resume, FlagResume, o.Resume, fmt.Sprintf(
 		"Record each preemption's victims in a checkpoint under the kubelet's root directory before the first is killed, so a kubelet restarted mid-preemption continues it: the same victims, their remaining grace period, no second Preempting event; off (default), it preempts anew, as the stock kubelet. Env %s.", envOf[FlagResume]))
 	fs.BoolVar(&o.OutageRecovery, FlagOutageRecovery, o.OutageRecovery, fmt.Sprintf(
-		"Retry a pod's kill that failed because the container runtime was unreachable as soon as it answers (backoff 250ms doubling to 2s) rather than after the pod workers' 10s, let admission wait on for such a victim, and never count a container the runtime lost while its pod was being terminated as a restart; off (default), as the stock kubelet. Env %s.", envOf[FlagOutageRecovery]))
+		"Retry a pod's kill that failed because the container runtime was unreachable as soon as it answers (backoff 250ms doubling to 2s), with the grace it has left, rather than after the pod workers' 10s with a new grace, let admission wait on for such a victim, and never count a container the runtime lost while its pod was being terminated as a restart; off (default), as the stock kubelet. Env %s.", envOf[FlagOutageRecovery]))
 	fs.BoolVar(&o.StaticPodReadmission, FlagStaticPodReadmission, o.StaticPodReadmission, fmt.Sprintf(
 		"Admit a static pod again, through the same admit handlers, once a pod active at its refusal has left or its backoff (2s doubling to 1m) has expired; off (default), a refused static pod stays Failed until the kubelet restarts, as with the stock kubelet. Env %s.", envOf[FlagStaticPodReadmission]))
 	return fs
