@@ -132,8 +132,10 @@ func TestResumeContinuesTheRecordedPreemption(t *testing.T) {
 	for _, c := range k.calls {
 		switch c.pod {
 		case largeBurstable.Name:
-			if c.override == nil || *c.override < 5 || *c.override > 6 {
-				t.Errorf("signalled 4s ago with grace 10s: override %v, want 6s left", c.override)
+			// 6s left, less whatever this machine took since (a busy one
+			// may take seconds): never the whole grace again.
+			if c.override == nil || *c.override < 1 || *c.override > 6 {
+				t.Errorf("signalled 4s ago with grace 10s: override %v, want at most the 6s left", c.override)
 			}
 		case largeGuaranteed.Name:
 			if c.override != nil {
