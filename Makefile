@@ -13,7 +13,7 @@ SHELL := /usr/bin/env bash
 
 # The binaries are always handed to go build, whose cache knows what changed.
 .PHONY: help all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
-	package release test test-unit test-vet test-go test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
+	package release test test-unit test-vet test-go test-patched-kubelet test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
 	test-e2e-upstream test-e2e-upstream-conformance e2e-upstream-tools kubeadm-tools clean
 
 KUBELET ?= _output/bin/kubelet
@@ -87,7 +87,7 @@ test: test-unit test-build test-package test-e2e-node test-e2e-kubeadm test-e2e-
 # that ran nothing, and with CRITLET_TEST_NO_SKIP no test may skip for a tool
 # the project installs (test/testenv).
 export CRITLET_TEST_NO_SKIP := 1
-test-unit: test-vet test-go test-race test-cross ## vet, unit tests, race detector, other code generators
+test-unit: test-vet test-go test-patched-kubelet test-race test-cross ## vet, unit tests, upstream's pkg/kubelet patched, race detector, other code generators
 
 test-vet: ## go vet, every build tag
 	go vet -trimpath ./...
@@ -98,6 +98,12 @@ test-vet: ## go vet, every build tag
 
 test-go: node-deps ## the unit tests (containerd is needed by one)
 	hack/go-test.sh unit -- -trimpath ./...
+
+# Upstream's pkg/kubelet compiled as the patched kubelet compiles it (the
+# overlay), its own unit tests and the patches' (pkg/kubelet/critlet_*_test.go),
+# with every setting off and then on: about 3 minutes after the kubelet build.
+test-patched-kubelet: ## upstream's pkg/kubelet tests and the patches' on the patched package, settings off and on
+	hack/test-patched-kubelet.sh
 
 # The race detector on the pure packages, and on the handler's concurrent
 # termination (race-compiling its kubelet dependencies costs about ten

@@ -60,10 +60,10 @@ func TestInputLimit(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		"each file at the limit":   {limit: largest, code: 1},
+		"each file at the limit":   {limit: largest, code: 5},
 		"pods file past the limit": {limit: largest - 1, code: 3, stderr: "--pods-file " + podsFile + ": larger than the input limit of " + strconv.Itoa(largest-1) + " bytes"},
 		"pod file past the limit":  {limit: len(manifest) - 1, code: 3, stderr: "--pod " + agent + ": larger than the input limit"},
-		"stdin at the limit":       {limit: largest, stdin: padded(largest), code: 1},
+		"stdin at the limit":       {limit: largest, stdin: padded(largest), code: 5},
 		"stdin past the limit":     {limit: largest, stdin: padded(largest + 1), code: 3, stderr: "--pod: reading standard input: larger than the input limit"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -9,15 +9,14 @@ import (
 )
 
 // maxInput bounds each input read: a file, standard input, an API
-// response. 256 MiB is 30 times the 8.6 MB JSON of 5,000 pods and 12 times
-// their 20 MB YAML (the README's figures): a cluster-wide dump of some
-// 150,000 pods (Kubernetes' largest supported cluster) fits as JSON, of
-// 65,000 as YAML. Larger is rather a wrong file or a device than a dump;
-// for a larger cluster, the node's pods are selected first (kubectl get
-// pods -A --field-selector spec.nodeName=NODE). Decoding allocates about 5
-// times the input as JSON, 40 times as YAML (BenchmarkOffline5000's pods;
-// mostly garbage collected on the way): large inputs are better JSON. A
-// variable for the tests.
+// response. 256 MiB is 30 times the 8.6 MB JSON of 5,000 pods
+// (BenchmarkOffline5000's): a cluster-wide dump of some 150,000 pods
+// (Kubernetes' largest supported cluster) fits. Larger is rather a wrong
+// file or a device than a dump; for a larger cluster, the node's pods are
+// selected first (kubectl get pods -A --field-selector
+// spec.nodeName=NODE). Decoding JSON holds some 5 times the input at its
+// peak; YAML, which holds 25 times, is decoded from at most 64 MiB, its
+// aliases expanded (internal/explain's maxYAML). A variable for the tests.
 var maxInput int64 = 256 << 20
 
 // readInput reads the file path names for flag, or stdin for "-" where

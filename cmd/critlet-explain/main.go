@@ -2,12 +2,13 @@
 // critical pod: whether it fits, what it lacks, and which pods critical-pod
 // preemption would take under each policy, and why.
 //
-//	critlet-explain --node NAME --pod pod.yaml [--kubeconfig FILE]
+//	critlet-explain --node NAME --pod pod.yaml [--kubeconfig FILE] [--request-timeout 30s]
 //	critlet-explain --node-file node.yaml --pods-file pods.yaml --pod pod.yaml
 //
-// Exit status: 0 the pod fits, 1 admitted after preemption, 2 rejected,
-// 3 bad input, 4 the API server did not answer, 128+n ended by signal n
-// (130 for an interrupt).
+// Exit status: 0 the pod fits, 3 bad input, 4 the API server did not
+// answer, 5 admitted after preemption, 6 rejected, 128+n ended by signal n
+// (130 for an interrupt). 1 and 2 are never used: they are Go's statuses
+// for log.Fatal and for a panic.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
@@ -82,6 +84,21 @@ func exitCode(ctx context.Context, err error) int {
 type flags struct {
 	kubeconfig, node, nodeFile, podsFile, pod, policy, output string
 	static                                                    bool
+	// requestTimeout bounds each request to the API server;
+	// requestTimeoutSet: given on the command line.
+	requestTimeout    time.Duration
+	requestTimeoutSet bool
+}
+
+// defaultRequestTimeout is --request-timeout's default: long enough for a
+// loaded API server to list a large node's pods, short enough that a
+// script learns of a stalled one.
+const defaultRequestTimeout = 30 * time.Second
+
+// exitStatuses is --help's list of exit statuses.
+func exitStatuses() string {
+	return fmt.Sprintf("exit status: %d fits, %d bad input, %d no answer from the API server, %d admitted after preemption, %d rejected, 128+n ended by signal n",
+		explain.Fits.ExitCode(), exitBadInput, exitCluster, explain.AdmittedAfterPreemption.ExitCode(), explain.Rejected.ExitCode())
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -98,16 +115,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.BoolVar(&f.static, "static", false, "the pod is a static pod (critical whatever its priority)")
 	fs.StringVar(&f.policy, "policy", "", "plan with this policy only: "+policyNames()+" (default: each)")
 	fs.StringVarP(&f.output, "output", "o", "text", "output format: "+strings.Join(explain.Formats, ", "))
+	fs.DurationVar(&f.requestTimeout, "request-timeout", defaultRequestTimeout, "how long each request to the API server may take, as 10s or 2m; past it the server counts as not answering (exit status 4)")
 	// pflag would print usage after every error; errors stay one line here.
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage of critlet-explain (exit status: 0 fits, 1 admitted after preemption, 2 rejected, 3 bad input, 4 no answer from the API server, 128+n ended by signal n):\n%s", fs.FlagUsages())
+			fmt.Fprintf(stdout, "Usage of critlet-explain (%s):\n%s", exitStatuses(), fs.FlagUsages())
 			return 0
 		}
 		fmt.Fprintf(stderr, "critlet-explain: %s (see --help)\n", oneLine(err.Error()))
 		return exitBadInput
 	}
+	f.requestTimeoutSet = fs.Changed("request-timeout")
 	ex, err := explainPod(ctx, f, stdin)
 	if ctx.Err() != nil {
 		// What failed meanwhile failed for the interrupt, and an answer
@@ -134,10 +153,12 @@ func explainPod(ctx context.Context, f flags, stdin io.Reader) (*explain.Explana
 		return nil, errors.New("--pod is required")
 	case offline && (f.nodeFile == "" || f.podsFile == ""):
 		return nil, errors.New("offline, both --node-file and --pods-file are required")
-	case offline && (f.node != "" || f.kubeconfig != ""):
-		return nil, errors.New("--node-file and --pods-file read the node offline: drop --node and --kubeconfig")
+	case offline && (f.node != "" || f.kubeconfig != "" || f.requestTimeoutSet):
+		return nil, errors.New("--node-file and --pods-file read the node offline: drop --node, --kubeconfig and --request-timeout")
 	case !offline && f.node == "":
 		return nil, errors.New("--node (live) or --node-file and --pods-file (offline) is required")
+	case f.requestTimeout <= 0:
+		return nil, fmt.Errorf("--request-timeout: %s is not a positive duration", f.requestTimeout)
 	}
 	policies := victims.Policies
 	if f.policy != "" {
@@ -166,7 +187,7 @@ func explainPod(ctx context.Context, f flags, stdin io.Reader) (*explain.Explana
 		if err != nil {
 			return nil, err
 		}
-		live := explain.Live{Client: client}
+		live := explain.Live{Client: client, Timeout: f.requestTimeout}
 		if in.Node, err = live.Node(ctx, f.node); err != nil {
 			return nil, err
 		}

@@ -129,8 +129,20 @@ func decodeDocuments[T any](docs []document, kind string) ([]*T, error) {
 // holding nothing (comments only, or nothing between two separators) are
 // skipped, as kubectl skips them, but keep their number.
 func yamlDocuments(data []byte) ([]document, error) {
+	if int64(len(data)) > maxYAML {
+		return nil, yamlTooLarge()
+	}
 	var docs []document
+	// What the documents may yet decode from, their aliases expanded.
+	left := maxYAML
 	add := func(n int, doc []byte) error {
+		size, err := yamlSize(doc, left)
+		if err != nil {
+			return inputErrorf("document %d: cannot decode: %v", n, firstLine(err.Error()))
+		}
+		if left -= size; left < 0 {
+			return inputErrorf("document %d: its aliases expanded, the YAML comes to more than the limit of %s for YAML", n, mib(maxYAML))
+		}
 		j, err := yaml.YAMLToJSON(doc)
 		if err != nil {
 			return inputErrorf("document %d: cannot decode: %v", n, firstLine(err.Error()))

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -104,5 +106,85 @@ func TestDecodeOneJSONValue(t *testing.T) {
 	pods, err := DecodePods([]byte(`{"apiVersion":"v1","kind":"PodList","items":[{"metadata":{"name":"a","annotations":{"x":"}{"}}},{"metadata":{"name":"b"}}]}`))
 	if err != nil || len(pods) != 2 || pods[0].Annotations["x"] != "}{" {
 		t.Fatalf("pods %v, %v: want a and b", pods, err)
+	}
+}
+
+// aliasBomb is a PodList of n pods annotated with one size-byte string
+// through an anchor: some n*size bytes decoded from some size.
+func aliasBomb(n, size int) []byte {
+	var b bytes.Buffer
+	b.WriteString("apiVersion: v1\nkind: PodList\nitems:\n")
+	fmt.Fprintf(&b, "- metadata: {name: p0, annotations: {a: &big %s}}\n", strings.Repeat("x", size))
+	for i := 1; i < n; i++ {
+		fmt.Fprintf(&b, "- metadata: {name: p%d, annotations: {a: *big}}\n", i)
+	}
+	return b.Bytes()
+}
+
+// allocated is what f allocates, in bytes.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// YAML aliases expanding past the YAML limit are refused before anything
+// is expanded: with little memory, as the limit is meant to bound memory.
+func TestYAMLAliasBombs(t *testing.T) {
+	var laughs strings.Builder
+	laughs.WriteString("a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n")
+	for c := 'b'; c <= 'i'; c++ {
+		fmt.Fprintf(&laughs, "%c: &%c [%s]\n", c, c, strings.TrimSuffix(strings.Repeat("*"+string(c-1)+", ", 10), ", "))
+	}
+	for name, tc := range map[string]struct {
+		data []byte
+		want string
+	}{
+		// 2,000 pods of 1 MiB each: 2 GiB of JSON from 1.1 MiB.
+		"a large string, aliased": {aliasBomb(2000, 1<<20), "document 1: its aliases expanded, the YAML comes to more than the limit of 64 MiB for YAML"},
+		// Nine levels of ten: a billion strings from 600 bytes.
+		"nested lists, aliased": {[]byte(laughs.String()), "its aliases expanded, the YAML comes to more than the limit of 64 MiB"},
+		"a node within itself":  {[]byte("apiVersion: v1\nkind: Pod\nmetadata: &m {name: a, labels: *m}\n"), `document 1: cannot decode: the value of anchor "m" contains itself`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			n := allocated(func() { _, err = DecodePods(tc.data) })
+			if !isInput(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want an InputError holding %q", err, tc.want)
+			}
+			// The input's size a few times over, not the expansion's.
+			if limit := uint64(64 << 20); n > limit {
+				t.Errorf("allocated %d MiB refusing a %d-byte input, want at most %d MiB", n>>20, len(tc.data), limit>>20)
+			}
+		})
+	}
+}
+
+// YAML is decoded from 64 MiB at most, JSON not bounded here: converting
+// YAML holds some 25 times its size in memory.
+func TestYAMLLimit(t *testing.T) {
+	const pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n"
+	padded := []byte(pod + "#" + strings.Repeat("x", 64<<20-len(pod)) + "\n")
+	var err error
+	if n := allocated(func() { _, err = DecodePod(padded) }); !isInput(err) || !strings.Contains(err.Error(), "YAML larger than the limit of 64 MiB for YAML") || n > 1<<20 {
+		t.Errorf("64 MiB and 1 byte of YAML: error %v, %d bytes allocated; want an InputError naming the limit, at once", err, n)
+	}
+}
+
+// Aliases within the limit decode as the nodes they name.
+func TestYAMLAliases(t *testing.T) {
+	const spec = "\nspec:\n  containers:\n  - name: c\n    image: i\n"
+	aliased, err := DecodePod([]byte("apiVersion: v1\nkind: Pod\nmetadata: &m {name: a, labels: &l {app: a}, annotations: *l}" + spec + "    resources: {requests: &r {cpu: 100m, memory: 64Mi}, limits: *r}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	written, err := DecodePod([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {app: a}, annotations: {app: a}}" + spec + "    resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: 100m, memory: 64Mi}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(aliased, written) {
+		t.Errorf("aliased:\n%v\nwant, as written out:\n%v", aliased, written)
 	}
 }

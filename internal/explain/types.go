@@ -37,15 +37,18 @@ const (
 	Rejected Verdict = "Rejected"
 )
 
-// ExitCode is the command's exit status for a verdict.
+// ExitCode is the command's exit status for a verdict. None is 1 or 2,
+// what a Go program exits with on log.Fatal (and go run for any failure)
+// and on a panic or runtime fatal error: a crash never reads as a verdict.
+// The command's own failures take 3 and 4.
 func (v Verdict) ExitCode() int {
 	switch v {
 	case Fits:
 		return 0
 	case AdmittedAfterPreemption:
-		return 1
+		return 5
 	}
-	return 2
+	return 6
 }
 
 // Explanation is the answer for one pod on one node.

@@ -102,10 +102,11 @@ func TestBuild(t *testing.T) {
 		{
 			name:     "extends: adds critlet files, hooks one file, leaves the rest",
 			upstream: []string{"p/k.go=" + hookedSrc, "p/other.go", "p/k_test.go"},
-			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_ext_retry_test.go", "p/sub/s.go"},
+			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_ext_retry_test.go=" + addedSrc, "p/sub/s.go"},
 			patches:  []patched.Patch{extending("p", addHook)},
 			want: map[string]string{
 				"p/critlet_ext_retry.go":        "p/critlet_ext_retry.go",
+				"p/critlet_ext_retry_test.go":   "p/critlet_ext_retry_test.go",
 				"p/k.go":                        "gen:",
 				"p/critlet_zz_generated_ext.go": "gen:",
 			},
@@ -134,6 +135,20 @@ func TestBuild(t *testing.T) {
 			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_stray.go=" + addedSrc},
 			patches:  []patched.Patch{extending("p", addHook)},
 			wantErr:  "critlet_stray.go: no patch of p owns this file",
+		},
+		{
+			name:     "a test file no patch of the package owns",
+			upstream: []string{"p/k.go=" + hookedSrc},
+			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/k_test.go=" + addedSrc},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  "k_test.go: no patch of p owns this test file",
+		},
+		{
+			name:     "a patch's test file without the build tag",
+			upstream: []string{"p/k.go=" + hookedSrc},
+			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_ext_test.go"},
+			patches:  []patched.Patch{extending("p", addHook)},
+			wantErr:  "must start with \"//go:build critlet_patch\"",
 		},
 		{
 			name:     "an added file must be named critlet_*",
@@ -529,8 +544,8 @@ func checkTouchesExactly(t *testing.T, plan *Plan, up, repo string, patches []pa
 		}
 		p := ps[0] // a replaced package has one patch (patched.Validate)
 		base := filepath.Base(k)
-		if strings.HasSuffix(k, "_test.go") || filepath.Ext(k) != ".go" {
-			t.Errorf("overlay key %s is not a non-test Go file", k)
+		if filepath.Ext(k) != ".go" || strings.HasSuffix(k, "_test.go") && (p.Replaces || v == "") {
+			t.Errorf("overlay key %s is not a Go file, or a test file a patch adds", k)
 		}
 		repoFile := filepath.Join(repo, filepath.FromSlash(p.Package), base)
 		owned := slices.ContainsFunc(ps, func(p patched.Patch) bool { return p.Owns(base) })

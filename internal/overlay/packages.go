@@ -87,7 +87,41 @@ func extendPackage(plan *Plan, upPkg, repoPkg string, p patched.Patch, mates []p
 	if added == 0 {
 		return "", fmt.Errorf("no file of %s in %s: want %s.go or %s_*.go", p.Name, repoPkg, p.FilePrefix(), p.FilePrefix())
 	}
+	// The patch's tests join upstream's in the package, where they reach
+	// its unexported code and upstream's test helpers; go build ignores
+	// them, go test with the overlay compiles them.
+	tests, err := testFiles(repoPkg)
+	if err != nil {
+		return "", err
+	}
+	for _, name := range tests {
+		if !slices.ContainsFunc(mates, func(m patched.Patch) bool { return m.Owns(name) }) {
+			return "", fmt.Errorf("%s: no patch of %s owns this test file; name it %s<patch>_*_test.go", filepath.Join(repoPkg, name), p.Package, patched.AddedFilePrefix)
+		}
+		if !p.Owns(name) {
+			continue
+		}
+		if err := checkBuildTag(filepath.Join(repoPkg, name)); err != nil {
+			return "", err
+		}
+		plan.Overlay.Replace[filepath.Join(upPkg, name)] = filepath.Join(repoPkg, name)
+	}
 	return packageName(filepath.Join(upPkg, stock[0]))
+}
+
+// testFiles lists the Go test files directly in dir.
+func testFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading package directory: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if name := e.Name(); !e.IsDir() && strings.HasSuffix(name, "_test.go") && !strings.HasPrefix(name, ".") && !strings.HasPrefix(name, "_") {
+			names = append(names, name)
+		}
+	}
+	return names, nil
 }
 
 // goFiles lists the non-test Go files directly in dir (os.ReadDir sorts them)

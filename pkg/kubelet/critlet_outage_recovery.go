@@ -10,7 +10,8 @@ package kubelet
 //     back (kubernetes#92906), and the new stop starts a whole new grace
 //     period. Here a terminating pod whose kill failed with the runtime
 //     unreachable is handed to its pod worker again on package killretry's
-//     schedule (250ms doubling to 2s), with the grace it has left.
+//     schedule (250ms doubling to upstream's 10s), with what is left of the
+//     grace period its termination began with.
 //   - While the runtime restarts, a running container may be missing from
 //     its answer; upstream then counts a restart unless the pod was deleted
 //     (convertToAPIContainerStatuses). A pod the kubelet is terminating is
@@ -41,21 +42,16 @@ var critletUnreachableKillRetries = metrics.NewCounter(&metrics.CounterOpts{
 	StabilityLevel: metrics.ALPHA,
 })
 
-var (
-	critletOutageOnce sync.Once
-	critletOutageOn   bool
-)
+var critletOutageMetricsOnce sync.Once
 
-// critletOutageRecovery reports whether the patch is on. The settings are
-// read once, after the kubelet main published them.
+// critletOutageRecovery reports whether the patch is on, as the kubelet
+// main published it; the retry counter is registered the first time it is.
 func critletOutageRecovery() bool {
-	critletOutageOnce.Do(func() {
-		critletOutageOn = critletoptions.Current().OutageRecovery
-		if critletOutageOn {
-			legacyregistry.MustRegister(critletUnreachableKillRetries)
-		}
-	})
-	return critletOutageOn
+	if !critletoptions.Current().OutageRecovery {
+		return false
+	}
+	critletOutageMetricsOnce.Do(func() { legacyregistry.MustRegister(critletUnreachableKillRetries) })
+	return true
 }
 
 // critletRetryUnreachableKill runs after completeWork queued uid's failed
@@ -72,9 +68,14 @@ func (p *podWorkers) critletRetryUnreachableKill(logger klog.Logger, uid types.U
 	if p.critletTerminating(uid) == nil {
 		return
 	}
-	delay := killretry.Shared.Failed(uid, p.clock.Now())
+	delay, first := killretry.Shared.Failed(uid, p.clock.Now())
 	critletUnreachableKillRetries.Inc()
-	logger.Info("Killing a pod failed with the container runtime unreachable; retrying soon", "podUID", uid,
+	// Once per outage at Info; every retry of a long one at V(2).
+	verbosity := 2
+	if first {
+		verbosity = 0
+	}
+	logger.V(verbosity).Info("Killing a pod failed with the container runtime unreachable; retrying soon", "podUID", uid,
 		"after", delay.Round(time.Millisecond), "err", syncErr)
 	time.AfterFunc(delay, func() {
 		// Read when the retry goes: a pod that finished terminating
@@ -90,8 +91,10 @@ func (p *podWorkers) critletRetryUnreachableKill(logger klog.Logger, uid types.U
 }
 
 // critletTerminating returns, for a pod whose termination has begun and not
-// ended, a kill update repeating its last one with the grace period it has
-// left; nil for any other pod.
+// ended, a kill update repeating its last one with what is left of the grace
+// period the termination began with; nil for any other pod. A termination
+// begun by the pod's natural end (completeSync) has no grace period stored
+// yet: it is the one the pod workers would give it, its spec's.
 func (p *podWorkers) critletTerminating(uid types.UID) *UpdatePodOptions {
 	p.podLock.Lock()
 	defer p.podLock.Unlock()
@@ -99,7 +102,12 @@ func (p *podWorkers) critletTerminating(uid types.UID) *UpdatePodOptions {
 	if !ok || !status.IsTerminationRequested() || status.IsTerminated() || status.activeUpdate == nil || status.activeUpdate.Pod == nil {
 		return nil
 	}
-	left := killretry.GraceLeft(status.gracePeriod, p.clock.Since(status.terminatingAt))
+	grace := status.gracePeriod
+	if grace == 0 {
+		grace, _ = calculateEffectiveGracePeriod(status, status.activeUpdate.Pod, nil)
+	}
+	now := p.clock.Now()
+	left := killretry.GraceLeft(killretry.Shared.Deadline(uid, status.terminatingAt, grace), now)
 	return &UpdatePodOptions{
 		Pod:            status.activeUpdate.Pod,
 		MirrorPod:      status.activeUpdate.MirrorPod,

@@ -19,10 +19,13 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/kubelet/allocation"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	critletoptions "github.com/critlet/critlet/pkg/kubelet/preemption/options"
@@ -40,21 +43,24 @@ var critletReadmissionAttempts = metrics.NewCounterVec(&metrics.CounterOpts{
 }, []string{"result"})
 
 var (
-	critletReadmissionOnce  sync.Once
-	critletReadmissionQueue *readmission.Queue
+	critletReadmissionMu          sync.Mutex
+	critletReadmissionQueue       *readmission.Queue
+	critletReadmissionMetricsOnce sync.Once
 )
 
 // critletReadmission returns the queue of refused static pods, or nil when
-// the patch is off. The settings are read once, at the first refusal or
-// housekeeping, after the kubelet main published them.
+// the patch is off in the settings the kubelet main published. The queue
+// is made, and its metric registered, at the first call with the patch on.
 func critletReadmission() *readmission.Queue {
-	critletReadmissionOnce.Do(func() {
-		if !critletoptions.Current().StaticPodReadmission {
-			return
-		}
+	if !critletoptions.Current().StaticPodReadmission {
+		return nil
+	}
+	critletReadmissionMetricsOnce.Do(func() { legacyregistry.MustRegister(critletReadmissionAttempts) })
+	critletReadmissionMu.Lock()
+	defer critletReadmissionMu.Unlock()
+	if critletReadmissionQueue == nil {
 		critletReadmissionQueue = readmission.NewQueue(readmission.DefaultBackoff)
-		legacyregistry.MustRegister(critletReadmissionAttempts)
-	})
+	}
 	return critletReadmissionQueue
 }
 
@@ -74,8 +80,9 @@ func (kl *Kubelet) critletAdmissionRefused(ctx context.Context, pod *v1.Pod, rea
 // pod goes through the kubelet's admission exactly as HandlePodAdditions
 // takes a new pod (the same admit handlers in the same order, so a critical
 // pod may preempt); refused again, it is rejected again (event, status,
-// metric) and waits longer; admitted, it is handed to the pod workers as a
-// new pod.
+// metric) and waits longer; admitted, it takes upstream's steps after an
+// admission (the pod-level resources metric, the allocation and pending
+// resizes) and is handed to the pod workers as a new pod.
 func (kl *Kubelet) critletRetryRefusedAdmissions(ctx context.Context) {
 	q := critletReadmission()
 	if q == nil || q.Len() == 0 {
@@ -104,6 +111,12 @@ func (kl *Kubelet) critletRetryRefusedAdmissions(ctx context.Context) {
 		}
 		q.Forget(pod.UID)
 		critletReadmissionAttempts.WithLabelValues("admitted").Inc()
+		recordPodLevelResourcesAdmission(pod)
+		resizing := utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScaling)
+		var pendingResize bool
+		if resizing {
+			_, pendingResize = kl.allocationManager.UpdatePodFromAllocation(pod)
+		}
 		// The refusal left the pod Failed in the status manager, which would
 		// hold the pod worker to that phase; a static pod's cached phase may
 		// go back (the status manager does not lock static pods' phases), and
@@ -119,6 +132,13 @@ func (kl *Kubelet) critletRetryRefusedAdmissions(ctx context.Context) {
 			UpdateType: kubetypes.SyncPodCreate,
 			StartTime:  start,
 		})
+		if resizing {
+			kl.statusManager.BackfillPodResizeConditions([]*v1.Pod{pod})
+			if pendingResize {
+				kl.allocationManager.PushPendingResize(logger, pod.UID)
+				kl.allocationManager.RetryPendingResizes(ctx, allocation.TriggerReasonPodsAdded)
+			}
+		}
 	}
 }
 

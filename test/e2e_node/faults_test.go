@@ -49,32 +49,47 @@ var faultOptions = scenarioOptions{critletVariants: []kubeletUnderTest{faultReco
 // runs once the first grace period has run out, not a second one.
 func TestKubeletKilledMidPreemption(t *testing.T) {
 	runScenario(t, "13 kubelet SIGKILL while victims terminate", faultOptions, func(e *env) {
-		maxEvents := 2
-		if e.recovering() {
-			maxEvents = 1
-		}
-		out := e.faultDuringPreemption(maxEvents, func() string {
-			if err := suite.KillKubelet(); err != nil {
-				e.t.Fatalf("killing the kubelet: %v", err)
-			}
-			if err := suite.StartKubelet(e.ctx); err != nil {
-				e.t.Fatalf("restarting the kubelet: %v", err)
-			}
-			return "kubelet SIGKILLed and restarted"
-		})
-		if !e.recovering() {
-			return
-		}
-		for i, r := range out.records {
-			if len(r.sigterms) != 1 {
-				e.t.Errorf("victim %s received %d SIGTERMs across the kubelet's two lives, want 1", out.victims[i].Name, len(r.sigterms))
-			}
-		}
-		bound := faultGrace + out.faultTook + 3*time.Second
-		if took := out.running.Sub(out.first.at); took > bound {
-			e.t.Errorf("critical pod Running %s after the first SIGTERM, want within %s (grace + kubelet restart + 3s)", took.Round(10*time.Millisecond), bound.Round(10*time.Millisecond))
-		}
+		e.kubeletRestartedMidPreemption(suite.KillKubelet, "kubelet SIGKILLed and restarted")
 	})
+}
+
+// The same with the kubelet stopped by SIGTERM, as systemctl restart or a
+// package upgrade stops it: the stopping kubelet cancels the admission it
+// is blocked in, and the record of the preemption must outlive that.
+func TestKubeletStoppedMidPreemption(t *testing.T) {
+	runScenario(t, "13b kubelet SIGTERM while victims terminate", faultOptions, func(e *env) {
+		e.kubeletRestartedMidPreemption(suite.StopKubelet, "kubelet stopped by SIGTERM and restarted")
+	})
+}
+
+// kubeletRestartedMidPreemption runs a fault scenario whose fault is stop
+// and a new kubelet, and checks what its recovering run must do.
+func (e *env) kubeletRestartedMidPreemption(stop func() error, what string) {
+	maxEvents := 2
+	if e.recovering() {
+		maxEvents = 1
+	}
+	out := e.faultDuringPreemption(maxEvents, func() string {
+		if err := stop(); err != nil {
+			e.t.Fatalf("stopping the kubelet: %v", err)
+		}
+		if err := suite.StartKubelet(e.ctx); err != nil {
+			e.t.Fatalf("restarting the kubelet: %v", err)
+		}
+		return what
+	})
+	if !e.recovering() {
+		return
+	}
+	for i, r := range out.records {
+		if len(r.sigterms) != 1 {
+			e.t.Errorf("victim %s received %d SIGTERMs across the kubelet's two lives, want 1", out.victims[i].Name, len(r.sigterms))
+		}
+	}
+	bound := faultGrace + out.faultTook + 3*time.Second
+	if took := out.running.Sub(out.first.at); took > bound {
+		e.t.Errorf("critical pod Running %s after the first SIGTERM, want within %s (grace + kubelet restart + 3s)", took.Round(10*time.Millisecond), bound.Round(10*time.Millisecond))
+	}
 }
 
 // The API server goes away and comes back on the same etcd: the kubelet's

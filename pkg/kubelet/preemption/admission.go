@@ -112,7 +112,7 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 			plan = append(plan, untried[k])
 		}
 	}
-	a.finish()
+	a.finish(ctx, rest)
 	selectionDuration.WithLabelValues(policy).Observe(selection.Seconds())
 	victimsPerAdmission.WithLabelValues(policy).Observe(float64(len(a.victims)))
 	elapsed := time.Since(start)

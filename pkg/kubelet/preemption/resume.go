@@ -1,6 +1,7 @@
 package preemption
 
 import (
+	"context"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,9 +14,13 @@ import (
 
 // resumeOrSelect returns the first round's victims, as indexes into pods
 // and cands. With --critical-preemption-resume and a preemption recorded
-// for the critical pod by an earlier kubelet, its victims still on the node
-// come first, and only a shortfall they no longer cover is selected for
-// among the other pods; otherwise the victims are selected as ever.
+// for the critical pod by an earlier kubelet, the recorded victims still on
+// the node whose kill had begun come first: they were signalled, and are
+// killed with the grace they have left. Only a shortfall they do not cover
+// is selected for, as ever, among the other pods (recorded victims never
+// signalled included): a record promises no more kills than a fresh
+// choice would make. Without such a record the victims are selected as
+// ever.
 func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([]int, error) {
 	c := a.handler
 	if c.opts.Resume {
@@ -36,15 +41,16 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 	tried := make([]bool, len(cands))
 	a.resumed = map[types.UID]checkpoint.Victim{}
 	for i, p := range pods {
-		if v, ok := recorded[p.UID]; ok {
+		if v, ok := recorded[p.UID]; ok && !v.KillStarted.IsZero() {
 			plan = append(plan, i)
 			tried[i] = true
 			a.resumed[p.UID] = v
 		}
 	}
 	if len(plan) == 0 {
-		a.logger.Info("The victims an earlier kubelet recorded for this pod are gone; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod),
+		a.logger.Info("No victim an earlier kubelet recorded for this pod is still here signalled; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod),
 			"began", prior.Started, "recorded", len(prior.Victims))
+		a.resumed = nil
 		return victims.Select(c.opts.Policy, a.reqs, cands)
 	}
 	rest := victims.Remaining(a.reqs, cands, plan)
@@ -64,15 +70,13 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 	// The record goes on as it began, so it ages from its first kill.
 	a.record = checkpoint.Preemption{PodUID: prior.PodUID, Namespace: prior.Namespace, Name: prior.Name, Started: prior.Started}
 	a.logger.Info("Resuming the preemption an earlier kubelet began for this pod", "requestingPod", klog.KObj(a.admitPod),
-		"began", prior.Started, "recorded", len(prior.Victims), "stillHere", len(a.resumed), "victims", len(plan))
+		"began", prior.Started, "recorded", len(prior.Victims), "signalledStillHere", len(a.resumed), "victims", len(plan))
 	resumedPreemptions.Inc()
 	return plan, nil
 }
 
-// recordVictims writes, before any of them is killed, that pods are (with
-// the earlier rounds' victims) this preemption's victims. A failed write
-// costs only the resumption after a crash: it is logged and the preemption
-// goes on, as it would without the setting.
+// recordVictims adds pods, the next round's victims, to the record kept in
+// memory; they reach the disk with the round's first wave of kills.
 func (a *admission) recordVictims(pods []*v1.Pod) {
 	if a.store == nil {
 		return
@@ -87,25 +91,39 @@ func (a *admission) recordVictims(pods []*v1.Pod) {
 		}
 		a.record.Victims = append(a.record.Victims, v)
 	}
+}
+
+// killsStart writes the record, with the kills of pods (victims starting
+// together) begun now, in one write before any of them is killed. A failed
+// write costs only the resumption after a crash: it is logged and the
+// preemption goes on, as it would without the setting.
+func (a *admission) killsStart(pods []*v1.Pod) {
+	if a.store == nil {
+		return
+	}
+	now := time.Now()
+	for _, p := range pods {
+		for k := range a.record.Victims {
+			if v := &a.record.Victims[k]; v.UID == p.UID && v.KillStarted.IsZero() {
+				v.KillStarted = now
+			}
+		}
+	}
 	if err := a.store.Record(a.record); err != nil {
 		a.logger.Error(err, "Could not record the preemption's victims; a kubelet restarted before it ends would preempt anew", "requestingPod", klog.KObj(a.admitPod))
 	}
 }
 
-// killStarted records that pod's kill starts now, unless an earlier kubelet
-// started it.
-func (a *admission) killStarted(pod *v1.Pod) {
-	if a.store == nil {
+// finish drops the record: the preemption is over, unless the kubelet is
+// stopping (ctx done) with victims not yet stopped or room still short: the
+// record is then what lets the next kubelet go on with the same preemption.
+func (a *admission) finish(ctx context.Context, rest []victims.Requirement) {
+	if a.store == nil || a.record.PodUID == "" {
 		return
 	}
-	if err := a.store.Started(a.admitPod.UID, pod.UID, time.Now()); err != nil {
-		a.logger.Error(err, "Could not record a victim's kill", "pod", klog.KObj(pod), "requestingPod", klog.KObj(a.admitPod))
-	}
-}
-
-// finish drops the record: the preemption is over.
-func (a *admission) finish() {
-	if a.store == nil || a.record.PodUID == "" {
+	if ctx.Err() != nil && (len(a.failed) > 0 || !victims.Met(rest)) {
+		a.logger.Info("Admission stopped with the preemption unfinished; its record is kept for the next kubelet", "requestingPod", klog.KObj(a.admitPod),
+			"notStopped", len(a.failed), "err", context.Cause(ctx))
 		return
 	}
 	if err := a.store.Finish(a.admitPod.UID); err != nil {
@@ -120,7 +138,12 @@ func (a *admission) resumedKill(pod *v1.Pod) (left int64, ok bool) {
 	if !found {
 		return 0, false
 	}
-	return v.Remaining(time.Now())
+	left, ok = v.Remaining(time.Now())
+	// Never more than the pod's own grace, whatever the record says.
+	if own := gracePeriodSeconds(pod); own > 0 {
+		left = min(left, own)
+	}
+	return left, ok
 }
 
 // gracePeriodSeconds is the grace the kubelet gives pod when it is killed

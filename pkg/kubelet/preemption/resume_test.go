@@ -1,6 +1,7 @@
 package preemption
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -125,6 +126,13 @@ func TestResumeContinuesTheRecordedPreemption(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &recordingKill{}
+	k.also = func(pod *v1.Pod) error {
+		// The record goes on as it began: it ages from the first kill.
+		if p, ok := store.Find(clusterCritPod.UID); !ok || !p.Started.Equal(began) {
+			t.Errorf("killing %s: the record began at %v (found %v), want %v", pod.Name, p.Started, ok, began)
+		}
+		return nil
+	}
 	events := admitCritical(t, resuming(), k, 550)
 	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, largeGuaranteed.Name}) {
 		t.Fatalf("killed %v, want the recorded victims", got)
@@ -321,5 +329,71 @@ func TestResumeGoesOnWhenTheRecordCannotBeWritten(t *testing.T) {
 	}
 	if !logged {
 		t.Error("the failed write was not logged")
+	}
+}
+
+// A kubelet stopped by SIGTERM (its context cancelled) while victims are
+// still terminating keeps the record: the next kubelet goes on with the
+// same preemption rather than starting afresh.
+func TestResumeRecordOutlivesAShutdown(t *testing.T) {
+	store, _ := installStore(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	k := &recordingKill{}
+	k.also = func(pod *v1.Pod) error {
+		cancel() // the kubelet is told to stop while the victims terminate
+		<-ctx.Done()
+		return errors.New("the pod workers stopped")
+	}
+	rec := record.NewFakeRecorder(20)
+	h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
+	if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
+		t.Fatal(err)
+	}
+	p, ok := store.Find(clusterCritPod.UID)
+	if !ok {
+		t.Fatal("the record of an unfinished preemption was dropped at shutdown")
+	}
+	for _, v := range p.Victims {
+		if v.KillStarted.IsZero() {
+			t.Errorf("victim %s recorded without its kill's start", v.Name)
+		}
+	}
+	if len(p.Victims) != 2 {
+		t.Errorf("recorded %d victims, want 2", len(p.Victims))
+	}
+}
+
+// Recorded victims never signalled are no promise: the shortfall is chosen
+// for as a fresh preemption would choose it. Here 50Mi: the small
+// Burstable pod, not the two large pods the earlier kubelet recorded.
+func TestResumeKillsNoMoreThanNeeded(t *testing.T) {
+	store, _ := installStore(t)
+	if err := store.Record(checkpoint.Preemption{PodUID: clusterCritPod.UID, Started: time.Now(),
+		Victims: []checkpoint.Victim{
+			{UID: largeBurstable.UID, Name: largeBurstable.Name, GracePeriodSeconds: 10},
+			{UID: largeGuaranteed.UID, Name: largeGuaranteed.Name, GracePeriodSeconds: 10},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := &recordingKill{}
+	admitCritical(t, options.Defaults(), fresh, 50)
+	k := &recordingKill{}
+	admitCritical(t, resuming(), k, 50)
+	if got, want := k.names(), fresh.names(); !slices.Equal(got, want) || !slices.Equal(want, []string{smallBurstable.Name}) {
+		t.Fatalf("killed %v, want what a fresh preemption kills (%v), the small Burstable pod", got, want)
+	}
+	// A signalled victim that covers the shortfall alone is the only one.
+	if err := store.Record(checkpoint.Preemption{PodUID: clusterCritPod.UID, Started: time.Now(),
+		Victims: []checkpoint.Victim{
+			{UID: largeBurstable.UID, Name: largeBurstable.Name, GracePeriodSeconds: 10, KillStarted: time.Now()},
+			{UID: largeGuaranteed.UID, Name: largeGuaranteed.Name, GracePeriodSeconds: 10},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	k = &recordingKill{}
+	admitCritical(t, resuming(), k, 250)
+	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name}) {
+		t.Fatalf("killed %v, want only the signalled large Burstable pod, which covers 250Mi", got)
 	}
 }

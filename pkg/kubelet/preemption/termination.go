@@ -35,6 +35,7 @@ func (a *admission) terminate(ctx context.Context, pods []*v1.Pod) []error {
 	c := a.handler
 	policy := string(c.opts.Policy)
 	return termination.Run(ctx, len(pods), a.slots, termination.Funcs{
+		Wave: func(first, end int) { a.killsStart(pods[first:end]) },
 		Start: func(i int) {
 			pod := pods[i]
 			if left, ok := a.resumedKill(pod); ok {
@@ -43,7 +44,6 @@ func (a *admission) terminate(ctx context.Context, pods []*v1.Pod) []error {
 					"gracePeriodLeft", left, "requestingPod", klog.KObj(a.admitPod))
 				return
 			}
-			a.killStarted(pod)
 			c.recorder.Eventf(pod, v1.EventTypeWarning, events.PreemptContainer, victimMessage)
 			a.logger.V(2).Info("Preempting pod to free up resources", "pod", klog.KObj(pod), "podUID", pod.UID,
 				"insufficientResources", a.need, "requestingPod", klog.KObj(a.admitPod))

@@ -8,8 +8,10 @@
 // next housekeeping, within two seconds), or when its backoff has expired
 // (room that appears otherwise: a resized pod, a grown node). The backoff
 // starts at Backoff.First after the first refusal and doubles with each
-// refusal up to Backoff.Max, so a pod that can never fit is tried at most
-// once per Max.
+// refusal up to Backoff.Max. A departure brings the next attempt forward
+// at most once per backoff step: under churn (a pod ending every few
+// seconds) the step is not restarted by the early attempt's refusal, so a
+// pod that can never fit is tried at most twice per Max whatever leaves.
 package readmission
 
 import (
@@ -58,8 +60,10 @@ type refused struct {
 	reason   string
 	next     time.Time
 	// heldRoom is the set of pods active at the last refusal; any of them
-	// leaving makes the pod due.
+	// leaving makes the pod due, once per backoff step.
 	heldRoom map[types.UID]bool
+	// early: this step's early attempt (for a departure) has been made.
+	early bool
 }
 
 // NewQueue returns an empty queue with backoff b.
@@ -69,7 +73,9 @@ func NewQueue(b Backoff) *Queue {
 
 // Refused records that pod uid was refused at now for reason while active
 // were the pods admitted. It returns how many consecutive refusals the pod
-// has had and when its backoff expires. O(len(active)).
+// has had and when its backoff expires. The refusal of an early attempt
+// keeps the step it was made in (and lengthens it when the doubled wait
+// ends later); any other starts a new step. O(len(active)).
 func (q *Queue) Refused(uid types.UID, reason string, now time.Time, active []types.UID) (int, time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -81,7 +87,13 @@ func (q *Queue) Refused(uid types.UID, reason string, now time.Time, active []ty
 	}
 	r.refusals++
 	r.reason = reason
-	r.next = now.Add(q.backoff.After(r.refusals))
+	next := now.Add(q.backoff.After(r.refusals))
+	if r.early && now.Before(r.next) {
+		r.next = maxTime(r.next, next)
+	} else {
+		r.next = next
+		r.early = false
+	}
 	r.heldRoom = make(map[types.UID]bool, len(active))
 	for _, a := range active {
 		r.heldRoom[a] = true
@@ -90,7 +102,10 @@ func (q *Queue) Refused(uid types.UID, reason string, now time.Time, active []ty
 }
 
 // Due returns, oldest refusal first, the pods to try now given the pods
-// active now. O(refused pods × active pods).
+// active now: those whose backoff expired, and those a pod active at their
+// refusal has left, unless this step's early attempt was made. The caller
+// tries each pod returned: it counts as this step's early attempt.
+// O(refused pods × active pods).
 func (q *Queue) Due(now time.Time, active []types.UID) []Attempt {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -110,7 +125,11 @@ func (q *Queue) Due(now time.Time, active []types.UID) []Attempt {
 				left++
 			}
 		}
-		if left > 0 || !now.Before(r.next) {
+		switch {
+		case !now.Before(r.next):
+			due = append(due, Attempt{UID: uid, Refusals: r.refusals, LastReason: r.reason})
+		case left > 0 && !r.early:
+			r.early = true
 			due = append(due, Attempt{UID: uid, Refusals: r.refusals, LastReason: r.reason, PodsLeft: left})
 		}
 	}
@@ -124,8 +143,8 @@ type Attempt struct {
 	Refusals int
 	// LastReason is the reason of the last refusal.
 	LastReason string
-	// PodsLeft counts the pods active at the last refusal that have left;
-	// 0 when the backoff expired.
+	// PodsLeft counts the pods active at the last refusal that have left
+	// when that made it due early; 0 when its backoff expired.
 	PodsLeft int
 }
 
@@ -145,4 +164,11 @@ func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.pods)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -1,6 +1,7 @@
 package readmission
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -106,5 +107,36 @@ func TestNeverFittingPodIsTriedBoundedTimes(t *testing.T) {
 	// 2+4+8+16+32 s, then one a minute.
 	if attempts < 55 || attempts > 65 {
 		t.Fatalf("%d attempts in an hour, want about 60", attempts)
+	}
+}
+
+// Under churn (a pod active at the refusal ending every 10s, another taking
+// its place) a pod that never fits is tried at most twice per backoff step,
+// never at every departure.
+func TestNeverFittingPodUnderChurnIsTriedBoundedTimes(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	q := NewQueue(DefaultBackoff)
+	n := 0
+	active := func() []types.UID { return []types.UID{types.UID(fmt.Sprint("churn-", n)), "steady"} }
+	q.Refused("p", "OutOfcpu", t0, active())
+	attempts, early := 0, 0
+	for now := t0; now.Before(t0.Add(time.Hour)); now = now.Add(2 * time.Second) {
+		if now.Sub(t0)%(10*time.Second) == 0 {
+			n++ // one pod ends, another starts
+		}
+		for _, a := range q.Due(now, active()) {
+			attempts++
+			if a.PodsLeft > 0 {
+				early++
+			}
+			q.Refused("p", "OutOfcpu", now, active())
+		}
+	}
+	// About 60 timed attempts (as without churn) and at most as many early.
+	if attempts > 130 {
+		t.Fatalf("%d attempts in an hour under churn (%d early), want at most two per minute", attempts, early)
+	}
+	if early == 0 {
+		t.Fatal("no attempt came early for a departure")
 	}
 }

@@ -1,6 +1,8 @@
 package checkpoint
 
 import (
+	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -27,19 +29,7 @@ func TestStateTransitionsLeaveTheOriginal(t *testing.T) {
 	p := Preemption{PodUID: "crit", Started: t0, Victims: []Victim{{UID: "a", GracePeriodSeconds: 10}, {UID: "b", GracePeriodSeconds: 30}}}
 	other := Preemption{PodUID: "other", Started: t0}
 	s := State{}.With(other).With(p)
-	started := s.Started("crit", "a", t0.Add(time.Second))
-	if !s[1].Victims[0].KillStarted.IsZero() {
-		t.Fatal("Started changed the state it was given")
-	}
-	got, ok := started.Find("crit")
-	if !ok || !got.Victims[0].KillStarted.Equal(t0.Add(time.Second)) || !got.Victims[1].KillStarted.IsZero() {
-		t.Fatalf("after Started: %+v, %v", got, ok)
-	}
-	// The first start stands: it is when the victim was signalled.
-	again := started.Started("crit", "a", t0.Add(5*time.Second))
-	if got, _ := again.Find("crit"); !got.Victims[0].KillStarted.Equal(t0.Add(time.Second)) {
-		t.Errorf("a second start moved the first: %v", got.Victims[0].KillStarted)
-	}
+	again := s
 	// With replaces, keeping one record per critical pod.
 	if n := len(again.With(Preemption{PodUID: "crit", Started: t0})); n != 2 {
 		t.Errorf("With a second record for the same pod: %d records, want 2", n)
@@ -60,5 +50,58 @@ func TestFreshDropsStale(t *testing.T) {
 	fresh, dropped := s.Fresh(t0.Add(5*time.Minute + 31*time.Second))
 	if len(fresh) != 1 || fresh[0].PodUID != "new" || dropped != 1 {
 		t.Errorf("past it: %+v, %d dropped; want only new", fresh, dropped)
+	}
+}
+
+// A clock stepped back since a kill began must not turn into grace: the
+// kubelet's sync loop waits 1.5 times what Remaining returns.
+func TestRemainingNeverExceedsTheGrace(t *testing.T) {
+	v := Victim{UID: "v", GracePeriodSeconds: 30, KillStarted: t0}
+	for _, back := range []time.Duration{time.Millisecond, time.Second, time.Hour} {
+		if left, started := v.Remaining(t0.Add(-back)); left != 30 || !started {
+			t.Errorf("clock %s before the kill began: %d, %v; want the whole grace, 30, started", back, left, started)
+		}
+	}
+}
+
+// A grace longer than a Duration holds saturates instead of wrapping
+// negative, which would give the victim none.
+func TestRemainingDoesNotWrap(t *testing.T) {
+	v := Victim{UID: "v", GracePeriodSeconds: math.MaxInt64, KillStarted: t0}
+	if left, _ := v.Remaining(t0.Add(time.Second)); left < 1<<33 {
+		t.Errorf("a grace of %d s, one second in: %d left", v.GracePeriodSeconds, left)
+	}
+	p := Preemption{PodUID: "crit", Started: t0, Victims: []Victim{v}}
+	if p.Stale(t0.Add(24 * time.Hour)) {
+		t.Error("a preemption with a grace of centuries is stale after a day")
+	}
+}
+
+func TestResumable(t *testing.T) {
+	now := t0.Add(time.Minute)
+	victim := func(grace int64, started time.Time) Victim {
+		return Victim{UID: "v", GracePeriodSeconds: grace, KillStarted: started}
+	}
+	for _, tc := range []struct {
+		name    string
+		started time.Time
+		victims []Victim
+		want    error
+	}{
+		{"as a kubelet writes it", t0, []Victim{victim(30, t0.Add(time.Second)), victim(30, time.Time{})}, nil},
+		{"killed as it began, looked up at once", now, []Victim{victim(30, now)}, nil},
+		{"began in the future", now.Add(time.Second), nil, ErrUntrusted},
+		{"began an hour ahead", now.Add(time.Hour), []Victim{victim(30, now.Add(time.Hour))}, ErrUntrusted},
+		{"a kill before the preemption began", t0, []Victim{victim(30, t0.Add(-time.Second))}, ErrUntrusted},
+		{"a kill in the future", t0, []Victim{victim(30, now.Add(time.Nanosecond))}, ErrUntrusted},
+		{"a negative grace", t0, []Victim{victim(-1, time.Time{})}, ErrUntrusted},
+		{"stale", t0.Add(-time.Hour), []Victim{victim(30, t0.Add(-time.Hour))}, ErrStale},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Preemption{PodUID: "crit", Started: tc.started, Victims: tc.victims}.Resumable(now)
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Resumable: %v, want %v", err, tc.want)
+			}
+		})
 	}
 }

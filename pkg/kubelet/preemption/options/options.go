@@ -10,6 +10,7 @@ package options
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,7 +171,7 @@ func FlagSet(o *Options) *pflag.FlagSet {
 	fs.BoolVar(&o.Resume, FlagResume, o.Resume, fmt.Sprintf(
 		"Record each preemption's victims in a checkpoint under the kubelet's root directory before the first is killed, so a kubelet restarted mid-preemption continues it: the same victims, their remaining grace period, no second Preempting event; off (default), it preempts anew, as the stock kubelet. Env %s.", envOf[FlagResume]))
 	fs.BoolVar(&o.OutageRecovery, FlagOutageRecovery, o.OutageRecovery, fmt.Sprintf(
-		"Retry a pod's kill that failed because the container runtime was unreachable as soon as it answers (backoff 250ms doubling to 2s), with the grace it has left, rather than after the pod workers' 10s with a new grace, let admission wait on for such a victim, and never count a container the runtime lost while its pod was being terminated as a restart; off (default), as the stock kubelet. Env %s.", envOf[FlagOutageRecovery]))
+		"Retry a pod's kill that failed because the container runtime was unreachable as soon as it answers (backoff 250ms doubling to the pod workers' 10s), with the grace it has left, rather than after the pod workers' 10s with a new grace, let admission wait on for such a victim, and never count a container the runtime lost while its pod was being terminated as a restart; off (default), as the stock kubelet. Env %s.", envOf[FlagOutageRecovery]))
 	fs.BoolVar(&o.StaticPodReadmission, FlagStaticPodReadmission, o.StaticPodReadmission, fmt.Sprintf(
 		"Admit a static pod again, through the same admit handlers, once a pod active at its refusal has left or its backoff (2s doubling to 1m) has expired; off (default), a refused static pod stays Failed until the kubelet restarts, as with the stock kubelet. Env %s.", envOf[FlagStaticPodReadmission]))
 	return fs
@@ -273,4 +274,17 @@ func (o Options) PatchesOn() []string {
 		}
 	}
 	return on
+}
+
+// SetFromEnvironment publishes the settings the CRITLET_* variables give,
+// as the kubelet main would: the patches' tests in upstream's package use
+// it, so upstream's own tests there run with the patches on or off
+// (hack/test-patched-kubelet.sh).
+func SetFromEnvironment() error {
+	o, _, err := FromArgs(nil, os.LookupEnv)
+	if err != nil {
+		return fmt.Errorf("critlet's settings from the environment: %w", err)
+	}
+	Set(o)
+	return nil
 }

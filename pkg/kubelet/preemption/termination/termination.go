@@ -7,6 +7,8 @@
 // kill does, and what is logged or counted about it, belongs to the caller's
 // Funcs. The contract, per victim i that starts:
 //
+//	Wave(first, end)  once before the Starts of victims first to end-1, which
+//	                  start together: each found a free slot at once
 //	Start(i)          before its kill, in victim order, from Run's goroutine
 //	Kill(i)           once, from a goroutine of its own
 //	Done(i, verdict)  once: Kill's error, ErrTimeout, or ErrCancelled
@@ -44,8 +46,12 @@ var ErrNotStarted = errors.New("not started")
 // admission's context was done. Its kill goes on.
 var ErrCancelled = errors.New("admission cancelled while terminating")
 
-// Funcs are the caller's side of one run; Start, Done and Late may be nil.
+// Funcs are the caller's side of one run; Wave, Start, Done and Late may be
+// nil.
 type Funcs struct {
+	// Wave lets the caller do once, for victims that start together, what
+	// must precede their kills (a record written to disk, say).
+	Wave  func(first, end int)
 	Start func(i int)
 	// Kill stops victim i, blocking until it is stopped or has failed.
 	Kill func(i int) error
@@ -66,27 +72,48 @@ func NewSlots(parallelism int) Slots { return make(Slots, parallelism) }
 func Run(ctx context.Context, n int, slots Slots, f Funcs) []error {
 	verdicts := make([]error, n)
 	var wg sync.WaitGroup
-	for i := range n {
+	for first := 0; first < n; {
+		// Wait for one slot, then take those free at once: a wave.
+		end := first
 		select {
 		case slots <- struct{}{}:
+			end++
 		case <-ctx.Done():
+		}
+		for end > first && end < n {
+			select {
+			case slots <- struct{}{}:
+				end++
+				continue
+			default:
+			}
+			break
 		}
 		// A free slot and a done context may both be ready; never start
 		// a kill once the context is done.
 		if err := ctx.Err(); err != nil {
-			for k := i; k < n; k++ {
+			for range end - first {
+				<-slots
+			}
+			for k := first; k < n; k++ {
 				verdicts[k] = fmt.Errorf("%w: %w", ErrNotStarted, err)
 			}
 			break
 		}
-		if f.Start != nil {
-			f.Start(i)
+		if f.Wave != nil {
+			f.Wave(first, end)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			verdicts[i] = watch(ctx, i, f, func() { <-slots })
-		}()
+		for i := first; i < end; i++ {
+			if f.Start != nil {
+				f.Start(i)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				verdicts[i] = watch(ctx, i, f, func() { <-slots })
+			}()
+		}
+		first = end
 	}
 	wg.Wait()
 	return verdicts

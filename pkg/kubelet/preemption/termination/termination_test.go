@@ -234,3 +234,56 @@ func TestSharedSlotsBoundKillsAcrossRuns(t *testing.T) {
 		t.Fatal("the second run did not go on once the first run's kills returned")
 	}
 }
+
+// Victims that find free slots at once start as one wave, announced once
+// before their Starts; a victim that waits for a slot starts a wave of its
+// own when one frees.
+func TestWavesStartTogether(t *testing.T) {
+	const n = 5
+	gates := make([]chan struct{}, n)
+	for i := range gates {
+		gates[i] = make(chan struct{})
+	}
+	tr := newTrace()
+	f := tr.funcs(func(i int) <-chan struct{} { return gates[i] }, func(int) error { return nil }, 0)
+	waves := make(chan [2]int, n)
+	f.Wave = func(first, end int) {
+		tr.add("wave %d-%d", first, end)
+		waves <- [2]int{first, end}
+	}
+	result := make(chan []error)
+	go func() { result <- Run(context.Background(), n, NewSlots(3), f) }()
+	want := [][2]int{{0, 3}, {3, 4}, {4, 5}}
+	for k, w := range want {
+		select {
+		case got := <-waves:
+			if got != w {
+				t.Fatalf("wave %d = %v, want %v", k, got, w)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("wave %d never came", k)
+		}
+		if k < len(want)-1 {
+			close(gates[k]) // one slot frees: the next victim's wave
+		}
+	}
+	for k := len(want) - 1; k < n; k++ {
+		close(gates[k])
+	}
+	for i, err := range <-result {
+		if err != nil {
+			t.Errorf("victim %d: %v", i, err)
+		}
+	}
+	// Each wave came before its victims' Starts.
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, w := range want {
+		at := slices.Index(tr.steps, fmt.Sprintf("wave %d-%d", w[0], w[1]))
+		for i := w[0]; i < w[1]; i++ {
+			if s := slices.Index(tr.steps, fmt.Sprintf("start %d", i)); s < at {
+				t.Errorf("start %d (step %d) before its wave (step %d): %q", i, s, at, tr.steps)
+			}
+		}
+	}
+}
