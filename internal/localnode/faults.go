@@ -61,6 +61,16 @@ func (n *Node) RestartContainerd(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restarting containerd: the node's namespace needs a holder: %w", err)
 	}
+	// Opened while the kubelet certainly holds them: containerd is entered
+	// through these, whatever becomes of the kubelet's PID meanwhile.
+	ns, err := openNamespaces(holder, n.cfg.RuntimeOnly)
+	if errors.Is(err, errHostNamespace) {
+		return fmt.Errorf("restarting containerd: kubelet (pid %d) has not joined the node's namespace", holder.PID)
+	}
+	if err != nil {
+		return fmt.Errorf("restarting containerd: the node's namespaces: %w", err)
+	}
+	defer ns.close()
 	containerd, err := exec.LookPath("containerd")
 	if err != nil {
 		return fmt.Errorf("restarting containerd: %w", err)
@@ -68,14 +78,17 @@ func (n *Node) RestartContainerd(ctx context.Context) error {
 	if err := n.stopComponent(Containerd, stopGrace); err != nil {
 		return fmt.Errorf("restarting containerd: %w", err)
 	}
-	args := []string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID)}
-	if n.cfg.RuntimeOnly {
-		args = append(args, fmt.Sprintf("--net=/proc/%d/ns/net", holder.PID))
+	// containerd works in the namespace's root, where nsenter alone would
+	// leave it.
+	args, err := ns.enterArgs("/")
+	if err != nil {
+		return fmt.Errorf("restarting containerd: %w", err)
 	}
 	h, err := n.start(process.Spec{
-		Name: Containerd,
-		Path: "nsenter",
-		Args: append(args, "--", containerd, "--config", filepath.Join(n.l.containerd(), "config.toml")),
+		Name:       Containerd,
+		Path:       "nsenter",
+		Args:       append(args, containerd, "--config", filepath.Join(n.l.containerd(), "config.toml")),
+		ExtraFiles: ns.files(),
 	})
 	if err != nil {
 		return fmt.Errorf("restarting containerd: %w", err)

@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,20 +204,172 @@ func TestCommandKeepsWorkingDirectory(t *testing.T) {
 }
 
 // startNamespaceHolder starts a holder of a mount namespace of its own for
-// n, and returns once it is in it (unshare execs sleep there).
-func startNamespaceHolder(t *testing.T, n *Node) {
+// n (and a network namespace for a RuntimeOnly n), and returns it once it
+// is in it (unshare execs sleep there).
+func startNamespaceHolder(t *testing.T, n *Node) process.Ref {
 	t.Helper()
-	holder := startHolder(t, n, "unshare", "--mount", "--propagation", "private", "--", "/bin/sleep", "60")
+	args := []string{"--mount", "--propagation", "private"}
+	if n.cfg.RuntimeOnly {
+		args = append(args, "--net")
+	}
+	holder := startHolder(t, n, "unshare", append(args, "--", "/bin/sleep", "60")...)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		host, err := inHostMountNamespace(holder.PID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !host {
-			return
+			return holder
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("unshare never left the host's mount namespace")
 		}
+	}
+}
+
+// A command is entered into the namespaces that were checked when it was
+// made, never into those of whoever has the holder's PID when it starts:
+// here the holder dies after Command and a host process takes its PID
+// before the command runs. Entering by /proc/PID/ns/* then would run the
+// command in the host's namespaces.
+func TestCommandEntersTheNamespacesItChecked(t *testing.T) {
+	for _, tool := range []string{"unshare", "nsenter"} {
+		_, err := exec.LookPath(tool)
+		testenv.Need(t, tool+" (util-linux)", err)
+	}
+	n := testNode(t)
+	n.cfg.RuntimeOnly = true
+	holder := startNamespaceHolder(t, n)
+	nodeNS := namespaceLinks(t, strconv.Itoa(holder.PID))
+	hostNS := namespaceLinks(t, "self")
+	cmd, err := n.Command(context.Background(), t.TempDir(), "/bin/readlink", "/proc/self/ns/mnt", "/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(holder.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitNoProcess(t, holder.PID)
+	takePID(t, holder.PID)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the command: %v\n%s", err, out)
+	}
+	switch got := string(out); got {
+	case nodeNS:
+	case hostNS:
+		t.Fatalf("the command ran in the host's namespaces (%q): it entered those of the process that took the holder's PID", strings.Fields(got))
+	default:
+		t.Fatalf("the command ran in namespaces %q, want the node's %q", strings.Fields(got), strings.Fields(nodeNS))
+	}
+}
+
+// The command started in the node keeps none of the namespace descriptors
+// nsenter was given.
+func TestCommandLeavesNoNamespaceDescriptors(t *testing.T) {
+	for _, tool := range []string{"unshare", "nsenter"} {
+		_, err := exec.LookPath(tool)
+		testenv.Need(t, tool+" (util-linux)", err)
+	}
+	n := testNode(t)
+	n.cfg.RuntimeOnly = true
+	startNamespaceHolder(t, n)
+	cmd, err := n.Command(context.Background(), t.TempDir(), "/bin/ls", "-l", "/proc/self/fd/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ls in the node: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "mnt:[") || strings.Contains(string(out), "net:[") {
+		t.Errorf("the command holds a namespace descriptor:\n%s", out)
+	}
+}
+
+// namespaceLinks is readlink's output for pid's mount and network
+// namespaces.
+func namespaceLinks(t *testing.T, pid string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, ns := range []string{"mnt", "net"} {
+		l, err := os.Readlink(filepath.Join("/proc", pid, "ns", ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(l + "\n")
+	}
+	return b.String()
+}
+
+// waitNoProcess waits until pid is free: exited and reaped.
+func waitNoProcess(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still taken 10s after SIGKILL", pid)
+		}
+	}
+}
+
+// takePID starts a process in the host's namespaces with the PID pid, as
+// the kernel may hand out a dead process's PID: the last PID handed out is
+// set just below it (ns_last_pid, root's), then a process started.
+// Another process on the machine may take the PID first; that is retried.
+func takePID(t *testing.T, pid int) {
+	t.Helper()
+	const lastPID = "/proc/sys/kernel/ns_last_pid"
+	for try := 0; try < 200; try++ {
+		err := os.WriteFile(lastPID, []byte(strconv.Itoa(pid-1)), 0)
+		if try == 0 {
+			testenv.Need(t, "setting the next PID ("+lastPID+", root)", err)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		c := exec.Command("/bin/sleep", "60")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if c.Process.Pid == pid {
+			t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+			return
+		}
+		_ = c.Process.Kill()
+		_ = c.Wait()
+	}
+	t.Fatalf("no process could be started with pid %d in 200 tries", pid)
+}
+
+// Unmounting in the node's namespace reads the holder's mounts through its
+// checked /proc directory and unmounts through the namespace opened from
+// it: a mount made there below the directory is gone afterwards, and the
+// host never had it.
+func TestUnmountInNamespace(t *testing.T) {
+	for _, tool := range []string{"unshare", "nsenter"} {
+		_, err := exec.LookPath(tool)
+		testenv.Need(t, tool+" (util-linux)", err)
+	}
+	n := testNode(t)
+	holder := startNamespaceHolder(t, n)
+	dir := t.TempDir()
+	under := filepath.Join(dir, "volume")
+	if err := os.Mkdir(under, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), "--", "mount", "-t", "tmpfs", "critlet-test", under).CombinedOutput(); err != nil {
+		t.Fatalf("mounting in the holder's namespace: %v: %s", err, out)
+	}
+	mountinfo := fmt.Sprintf("/proc/%d/mountinfo", holder.PID)
+	if m, err := mountsUnder(mountinfo, dir); err != nil || !slices.Equal(m, []string{under}) {
+		t.Fatalf("the holder's mounts under %s: %v, %v; want %s", dir, m, err, under)
+	}
+	if err := n.unmountInNamespace(dir); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := mountsUnder(mountinfo, dir); err != nil || len(m) > 0 {
+		t.Errorf("the holder's mounts under %s after unmounting: %v, %v; want none", dir, m, err)
 	}
 }

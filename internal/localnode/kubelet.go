@@ -92,13 +92,14 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	}
 
 	// The kubelet joins the node's mount namespace, which containerd holds.
-	holder, err := n.namespaceHolder()
+	ns, err := n.openNodeNamespaces()
 	if err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
+	defer ns.close() // the supervisor has its own copies once started
 	// The kubelet's log cleanup can glob relative paths: it works in an
 	// empty directory of its own.
-	args, err := n.enterArgs(holder.PID, n.l.path("kubelet", "work"))
+	args, err := ns.enterArgs(n.l.path("kubelet", "work"))
 	if err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
@@ -112,10 +113,11 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	)
 	args = append(args, n.cfg.KubeletFlags...)
 	h, err := n.start(process.Spec{
-		Name: Kubelet,
-		Path: "nsenter",
-		Args: args,
-		Env:  n.cfg.KubeletEnv,
+		Name:       Kubelet,
+		Path:       "nsenter",
+		Args:       args,
+		Env:        n.cfg.KubeletEnv,
+		ExtraFiles: ns.files(),
 	})
 	if err != nil {
 		return err

@@ -1,13 +1,12 @@
 package localnode
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-
-	"github.com/critlet/critlet/internal/localnode/process"
 )
 
 // The node's mount namespace is created with containerd and joined by every
@@ -176,41 +175,44 @@ func privateNetworkLines() []string {
 	}
 }
 
-// namespaceHolder returns containerd's process, whose mount namespace is
-// the node's. One in the host's mount namespace (a stale or forged PID
-// file, or a containerd restart still in nsenter) holds no node's
-// namespace: what would be done in it, killing what shares it above all,
-// would be done to the host. That is errHostNamespace.
-func (n *Node) namespaceHolder() (process.Ref, error) {
+// openNodeNamespaces opens the namespaces of containerd's process, the
+// node's (openNamespaces). One in the host's mount namespace (a stale or
+// forged PID file, or a containerd restart still in nsenter) holds no
+// node's namespace: what would be done in it, killing what shares it above
+// all, would be done to the host. That is errHostNamespace.
+func (n *Node) openNodeNamespaces() (*nodeNamespaces, error) {
 	ref, err := n.runningComponent(Containerd)
 	if err != nil {
-		return process.Ref{}, fmt.Errorf("%w: the node's mount namespace is gone (run local-node up)", err)
+		return nil, fmt.Errorf("%w: the node's mount namespace is gone (run local-node up)", err)
 	}
-	host, err := inHostMountNamespace(ref.PID)
-	if err != nil {
-		return process.Ref{}, fmt.Errorf("the node's mount namespace: %w", err)
-	}
-	if host {
-		return process.Ref{}, fmt.Errorf("%w: %s's process, pid %d, named by %s, is there (a stale or forged PID file, or containerd restarting); nothing is done in or to that namespace",
+	ns, err := openNamespaces(ref, n.cfg.RuntimeOnly)
+	if errors.Is(err, errHostNamespace) {
+		return nil, fmt.Errorf("%w: %s's process, pid %d, named by %s, is there (a stale or forged PID file, or containerd restarting); nothing is done in or to that namespace",
 			errHostNamespace, Containerd, ref.PID, n.l.pidFile(Containerd))
 	}
-	return ref, nil
+	if err != nil {
+		return nil, fmt.Errorf("the node's namespaces: %w", err)
+	}
+	return ns, nil
 }
 
 // unmountInNamespace removes the mounts below dir in the node's namespace,
 // deepest first: a stopped kubelet leaves its own there.
 func (n *Node) unmountInNamespace(dir string) error {
-	holder, err := n.namespaceHolder()
+	ns, err := n.openNodeNamespaces()
 	if err != nil {
 		return err
 	}
-	mounts, err := mountsUnder(fmt.Sprintf("/proc/%d/mountinfo", holder.PID), dir)
+	defer ns.close()
+	// The holder's mounts, read through its checked /proc directory.
+	mounts, err := mountsUnder(fmt.Sprintf("/proc/self/fd/%d/mountinfo", ns.proc.Fd()), dir)
 	if err != nil {
 		return fmt.Errorf("the node namespace's mounts: %w", err)
 	}
 	for _, m := range mounts {
-		out, err := exec.Command("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", holder.PID), "--", "umount", "--lazy", m).CombinedOutput()
-		if err != nil {
+		cmd := exec.Command("nsenter", "--mount=/proc/self/fd/3", "--", "umount", "--lazy", m)
+		cmd.ExtraFiles = []*os.File{ns.mnt}
+		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("unmounting %s in the node's namespace: %v: %s", m, err, out)
 		}
 	}

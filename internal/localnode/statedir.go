@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -29,22 +30,8 @@ var systemDirs = []string{
 // created it. A directory a node created keeps its marker after Down, with
 // the logs.
 func checkStateDir(dir string) error {
-	paths := []string{filepath.Clean(dir)}
-	if resolved, err := filepath.EvalSymlinks(dir); err == nil && resolved != paths[0] {
-		paths = append(paths, resolved)
-	}
-	homes := homeDirs()
-	for _, p := range paths {
-		for _, h := range homes {
-			if p == h {
-				return fmt.Errorf("state directory %s is a system or home directory: choose a directory of its own, e.g. %s", dir, filepath.Join(p, "critlet-local-node"))
-			}
-		}
-		for _, s := range systemDirs {
-			if p == s {
-				return fmt.Errorf("state directory %s is a system or home directory: choose a directory of its own, e.g. %s", dir, filepath.Join(p, "critlet-local-node"))
-			}
-		}
+	if err := refuseSystemDir(dir); err != nil {
+		return err
 	}
 	entries, err := os.ReadDir(dir)
 	switch {
@@ -59,6 +46,23 @@ func checkStateDir(dir string) error {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, markerFile)); err != nil {
 		return fmt.Errorf("state directory %s holds %d entries and no local node created it (no %s): choose a new or empty directory", dir, len(entries), markerFile)
+	}
+	return nil
+}
+
+// refuseSystemDir refuses a system or home directory, also reached
+// through symlinks: whoever removes fixed names from it would remove the
+// system's.
+func refuseSystemDir(dir string) error {
+	paths := []string{filepath.Clean(dir)}
+	if resolved, err := filepath.EvalSymlinks(dir); err == nil && resolved != paths[0] {
+		paths = append(paths, resolved)
+	}
+	homes := homeDirs()
+	for _, p := range paths {
+		if slices.Contains(homes, p) || slices.Contains(systemDirs, p) {
+			return fmt.Errorf("state directory %s is a system or home directory: choose a directory of its own, e.g. %s", dir, filepath.Join(p, "critlet-local-node"))
+		}
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ var critletUnreachableKillRetries = metrics.NewCounter(&metrics.CounterOpts{
 
 var critletOutageMetricsOnce sync.Once
 
+// critletAfterFunc schedules a retry; tests fire it by hand.
+var critletAfterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
+
 // critletOutageRecovery reports whether the patch is on, as the kubelet
 // main published it; the retry counter is registered the first time it is.
 func critletOutageRecovery() bool {
@@ -77,7 +80,7 @@ func (p *podWorkers) critletRetryUnreachableKill(logger klog.Logger, uid types.U
 	}
 	logger.V(verbosity).Info("Killing a pod failed with the container runtime unreachable; retrying soon", "podUID", uid,
 		"after", delay.Round(time.Millisecond), "err", syncErr)
-	time.AfterFunc(delay, func() {
+	critletAfterFunc(delay, func() {
 		// Read when the retry goes: a pod that finished terminating
 		// meanwhile needs none (one finishing after this check ignores it).
 		retry := p.critletTerminating(uid)

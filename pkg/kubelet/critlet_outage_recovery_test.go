@@ -166,3 +166,37 @@ func TestCritletRestartsNotCounted(t *testing.T) {
 		}
 	}
 }
+
+// A retry whose pod finished terminating while it waited is dropped: the
+// timer looks again before handing the pod workers anything.
+func TestCritletOutageRetrySkipsAPodTerminatedMeanwhile(t *testing.T) {
+	critletSettings(t, func(o *critletoptions.Options) { o.OutageRecovery = true })
+	retries := make(chan func(), 1)
+	before := critletAfterFunc
+	critletAfterFunc = func(_ time.Duration, f func()) { retries <- f }
+	t.Cleanup(func() { critletAfterFunc = before })
+	w, clock, graces := critletFailingKills(t, false, []time.Duration{time.Second})
+	pod := critletPod("outage-terminated-meanwhile", 30)
+	w.UpdatePod(t.Context(), UpdatePodOptions{UpdateType: kubetypes.SyncPodKill, Pod: pod})
+	critletGraces(t, graces, 1)
+	var retry func()
+	select {
+	case retry = <-retries:
+	case <-time.After(time.Minute):
+		t.Fatal("no retry was scheduled")
+	}
+	// The pod finishes terminating by another path before the retry goes.
+	w.podLock.Lock()
+	status := w.podSyncStatuses[pod.UID]
+	status.terminatedAt = clock.Now()
+	last := status.activeUpdate
+	w.podLock.Unlock()
+	retry()
+	drainAllWorkers(w)
+	w.podLock.Lock()
+	handed := status.pendingUpdate != nil || status.activeUpdate != last
+	w.podLock.Unlock()
+	if handed {
+		t.Fatal("a pod terminated meanwhile was handed to its worker again")
+	}
+}

@@ -40,8 +40,26 @@ const nodeName = "critlet-kubeadm"
 // node's own inside its mount namespace (beside /var/lib/kubelet and
 // /var/log, which every local node covers). /usr/libexec/kubernetes holds
 // the kubelet's and the controller manager's FlexVolume directory, which
-// both create.
-var privateDirs = []string{"/etc/kubernetes", "/var/lib/etcd", "/usr/libexec/kubernetes"}
+// both create. /run/systemd and /run/dbus, where systemd and the system
+// bus listen, are the node's too, and empty: a systemctl that kubeadm
+// found after all (its detection is systemctl on PATH) would reach no
+// systemd, rather than restart (init) or stop (reset) the host's kubelet.
+var privateDirs = []string{"/etc/kubernetes", "/var/lib/etcd", "/usr/libexec/kubernetes", "/run/systemd", "/run/dbus"}
+
+// initSystemCommands are the programs whose presence on PATH makes kubeadm
+// take the machine for a systemd or an OpenRC one and manage the kubelet's
+// service through them (cmd/kubeadm/app/util/initsystem): hidden from the
+// node in every directory of kubeadm's PATH.
+var initSystemCommands = []string{"systemctl", "openrc"}
+
+// kubeadm's output lines when it finds no init system, each asserted: in
+// init's kubelet-start phase (cmd/kubeadm/app/phases/kubelet), and
+// reset's, which then leaves the kubelet to be stopped by hand
+// (cmd/kubeadm/app/cmd/phases/reset).
+const (
+	initNoInitSystem  = "[kubelet-start] No supported init system detected, won't make sure the kubelet is running properly."
+	resetNoInitSystem = "[reset] The kubelet service could not be stopped by kubeadm. Unable to detect a supported init system!"
+)
 
 // ignoredPreflight are kubeadm's preflight errors this machine cannot
 // satisfy, each with why. Everything else kubeadm checks must pass.
@@ -58,7 +76,9 @@ const cgroupV1Finding = "cgroups v1 support is deprecated"
 // containerd, the images built here, no add-ons whose images are not built
 // here (CoreDNS, kube-proxy), and a kubelet on cgroupfs (systemd is not
 // PID 1 here) under the node's cgroup root, so that the node's teardown
-// knows its cgroups.
+// knows its cgroups. The kubelet's resolver configuration, which it needs
+// for every pod sandbox, is a copy of the host's (upNode): /etc/resolv.conf
+// may lead into /run/systemd (systemd-resolved's), which is the node's own.
 const kubeadmConfig = `apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
 localAPIEndpoint:
@@ -86,6 +106,7 @@ kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 cgroupRoot: {{.CgroupRoot}}
 failCgroupV1: {{.FailCgroupV1}}
+resolvConf: {{printf "%q" .ResolvConf}}
 `
 
 // kubeadmNode is a local node that kubeadm bootstraps, with one installed
@@ -106,29 +127,46 @@ type kubeadmNode struct {
 	downOnce sync.Once
 }
 
-// upNode starts a RuntimeOnly local node for kubeadm, with the control
-// plane's images imported, and the kubelet's unit supervised (it fails
-// until kubeadm writes its configuration, as on a fresh node).
-func upNode(t *testing.T, ctx context.Context, k installed, version string) *kubeadmNode {
-	t.Helper()
-	dir := filepath.Join(*stateDir, k.name)
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
+// nodeConfig is the local node kubeadm bootstraps with kubelet k, its
+// state in stateDir.
+func nodeConfig(stateDir string, k installed) localnode.Config {
+	var hidden []string
+	for _, dir := range filepath.SplitList(k.kubeadmPath()) {
+		for _, c := range initSystemCommands {
+			hidden = append(hidden, filepath.Join(dir, c))
+		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := localnode.Config{
-		StateDir:     filepath.Join(*stateDir, "node"),
+	return localnode.Config{
+		StateDir:     filepath.Join(stateDir, "node"),
 		BinDir:       *binDir,
 		NodeName:     nodeName,
 		RuntimeOnly:  true,
 		PrivateDirs:  privateDirs,
 		SandboxImage: pauseRef,
-		// kubeadm must find no init system: the host's systemctl would
-		// restart the host's kubelet service, if it had one.
-		HiddenCommands: []string{"/usr/bin/systemctl", "/bin/systemctl"},
+		// kubeadm must find no init system: it would restart and stop the
+		// host's kubelet service through it.
+		HiddenCommands: hidden,
 	}
+}
+
+// kubeadmPath is the PATH kubeadm runs with: the installed kubelet's
+// directory first, as its package puts it on PATH (kubeadm's preflight
+// asks the kubelet for its version), then systemd's.
+func (k installed) kubeadmPath() string {
+	return filepath.Join(k.root, "usr/bin") + ":" + strings.TrimPrefix(systemdPath, "PATH=")
+}
+
+// upNode starts a RuntimeOnly local node for kubeadm, with the control
+// plane's images imported, and the kubelet's unit supervised (it fails
+// until kubeadm writes its configuration, as on a fresh node). Its files
+// are in state, the suite's checked state directory.
+func upNode(t *testing.T, ctx context.Context, state *localnode.TrustedDir, k installed, version string) *kubeadmNode {
+	t.Helper()
+	dir, err := state.Fresh(k.name, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := nodeConfig(state.Path(), k)
 	// Registered first: a node that failed half-way up is removed too.
 	kn := &kubeadmNode{t: t, ctx: ctx, dir: dir, k: k, cfg: cfg, work: filepath.Join(dir, "work")}
 	t.Cleanup(kn.down)
@@ -149,15 +187,20 @@ func upNode(t *testing.T, ctx context.Context, k installed, version string) *kub
 		t.Fatal(err)
 	}
 	t.Logf("%d control-plane images built and imported in %s", len(images), time.Since(start).Round(time.Millisecond))
-	kn.config = filepath.Join(dir, "kubeadm.yaml")
-	var b bytes.Buffer
-	if err := template.Must(template.New("").Parse(kubeadmConfig)).Execute(&b, map[string]string{
-		"IP": localnode.NodeIP, "Node": nodeName, "CRI": n.Config().CRIEndpoint(), "Version": version,
-		"Repo": imageRepository, "CgroupRoot": localnode.CgroupRoot, "FailCgroupV1": strconv.FormatBool(cgroupV2),
-	}); err != nil {
+	resolv, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		t.Fatalf("the host's resolver configuration, the kubelet's for pods: %v", err)
+	}
+	resolvConf := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(resolvConf, resolv, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(kn.config, b.Bytes(), 0o644); err != nil {
+	kn.config = filepath.Join(dir, "kubeadm.yaml")
+	conf, err := renderKubeadmConfig(n.Config().CRIEndpoint(), version, resolvConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kn.config, conf, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	kn.checkImageList(images)
@@ -174,6 +217,20 @@ func upNode(t *testing.T, ctx context.Context, k installed, version string) *kub
 		t.Fatal(err)
 	}
 	return kn
+}
+
+// renderKubeadmConfig is kubeadmConfig for the node's containerd, the
+// binaries' version and the kubelet's resolver configuration.
+func renderKubeadmConfig(cri, version, resolvConf string) ([]byte, error) {
+	var b bytes.Buffer
+	if err := template.Must(template.New("").Parse(kubeadmConfig)).Execute(&b, map[string]string{
+		"IP": localnode.NodeIP, "Node": nodeName, "CRI": cri, "Version": version,
+		"Repo": imageRepository, "CgroupRoot": localnode.CgroupRoot, "FailCgroupV1": strconv.FormatBool(cgroupV2),
+		"ResolvConf": resolvConf,
+	}); err != nil {
+		return nil, fmt.Errorf("kubeadm's configuration: %w", err)
+	}
+	return b.Bytes(), nil
 }
 
 // down stops the kubelet and removes the node; once, however often called.
@@ -200,9 +257,7 @@ func (kn *kubeadmNode) kubeadm(timeout time.Duration, args ...string) (string, e
 	if err != nil {
 		return "", err
 	}
-	// The installed kubelet is on PATH, as its package puts it: kubeadm's
-	// preflight asks it for its version.
-	cmd.Env = []string{"PATH=" + filepath.Join(kn.k.root, "usr/bin") + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = []string{"PATH=" + kn.k.kubeadmPath()}
 	out, err := cmd.CombinedOutput()
 	log := filepath.Join(kn.dir, "kubeadm-"+args[0]+".log")
 	if werr := os.WriteFile(log, out, 0o644); werr != nil {
@@ -264,6 +319,11 @@ func (kn *kubeadmNode) init() time.Duration {
 	}
 	if !strings.Contains(out, "Your Kubernetes control-plane has initialized successfully!") {
 		kn.t.Fatalf("kubeadm init exited 0 without its success message:\n%s", tail(out, 40))
+	}
+	// Found an init system, kubeadm has already restarted a kubelet service
+	// through it: stop before reset would stop one too.
+	if !strings.Contains(out, initNoInitSystem) {
+		kn.t.Fatalf("kubeadm init found an init system (the host's, through which it restarts the kubelet service): its output lacks %q", initNoInitSystem)
 	}
 	// A short path: a unix socket's is limited to 107 bytes.
 	sock := filepath.Join(kn.t.TempDir(), "api.sock")

@@ -13,16 +13,21 @@ import (
 )
 
 // reset stops the kubelet (systemd's part: `kubeadm reset` finds no init
-// system to stop it with) and runs `kubeadm reset`; it then checks that
-// nothing kubeadm or its node made is left: no file under the node's
-// /etc/kubernetes, /var/lib/kubelet and /var/lib/etcd, no mount under
-// /var/lib/kubelet, no container or sandbox in containerd.
+// system to stop it with, and must say so) and runs `kubeadm reset`; it
+// then checks that nothing kubeadm or its node made is left: no file
+// under the node's /etc/kubernetes, /var/lib/kubelet and /var/lib/etcd, no
+// mount under /var/lib/kubelet, no container or sandbox in containerd.
 func (kn *kubeadmNode) reset() string {
 	kn.t.Helper()
 	kn.svc.stop()
 	out, err := kn.kubeadm(5*time.Minute, "reset", "--force", "--cri-socket", kn.node.Config().CRIEndpoint(), "-v=1")
 	if err != nil {
 		kn.t.Fatalf("%v\n%s", err, tail(out, 40))
+	}
+	// kubeadm stops the kubelet service only through an init system: the
+	// host's, were one found.
+	if !strings.Contains(out, resetNoInitSystem) {
+		kn.t.Errorf("kubeadm reset found an init system (the host's, through which it stops the kubelet service): its output lacks %q", resetNoInitSystem)
 	}
 	cfg := kn.node.Config()
 	var left, dirs []string

@@ -5,7 +5,6 @@ package e2ekubeadm
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -31,41 +30,37 @@ import (
 // then `kubeadm reset`, which must leave nothing, and the node's removal,
 // after which the host must be as before.
 func TestKubeadm(t *testing.T) {
-	if !filepath.IsAbs(*stateDir) {
-		t.Fatalf("-state %q: want an absolute directory", *stateDir)
-	}
-	if err := os.MkdirAll(*stateDir, 0o755); err != nil {
+	// Checked before anything is written there, and used by its resolved
+	// path from here on.
+	state, roots, err := prepareState(*stateDir)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer state.Close()
 	out, err := exec.Command(filepath.Join(*binDir, "kubeadm"), "version", "-o", "short").Output()
 	if err != nil {
 		t.Fatalf("kubeadm version: %v", err)
 	}
 	version := strings.TrimSpace(string(out))
-	for _, d := range []string{"root-critlet", "root-stock"} {
-		if err := os.RemoveAll(filepath.Join(*stateDir, d)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	crit, err := installCritlet(filepath.Join(*stateDir, "root-critlet"))
+	crit, err := installCritlet(roots["critlet"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	stock, err := installStock(filepath.Join(*stateDir, "root-stock"), crit.root)
+	stock, err := installStock(roots["stock"], crit.root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var report []string
 	for _, k := range []installed{stock, crit} {
 		t.Run(k.name, func(t *testing.T) {
-			before, err := hoststate.CaptureNode(localnode.CgroupRoot, *stateDir)
+			before, err := hoststate.CaptureNode(localnode.CgroupRoot, state.Path())
 			if err != nil {
 				t.Fatal(err)
 			}
 			// A cleanup, so that a failed run is checked too; registered
 			// before the node's, it runs after the node is removed.
 			t.Cleanup(func() {
-				after, err := hoststate.CaptureNode(localnode.CgroupRoot, *stateDir)
+				after, err := hoststate.CaptureNode(localnode.CgroupRoot, state.Path())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -82,7 +77,7 @@ func TestKubeadm(t *testing.T) {
 				defer cancel()
 			}
 			func() {
-				kn := upNode(t, ctx, k, version)
+				kn := upNode(t, ctx, state, k, version)
 				ready := kn.init()
 				kn.checkControlPlane()
 				creds := kn.checkKubeletCredentials()
@@ -106,7 +101,7 @@ func TestKubeadm(t *testing.T) {
 			}()
 		})
 	}
-	if err := os.WriteFile(filepath.Join(*stateDir, "report.md"), []byte("# kubeadm\n\n- "+strings.Join(report, "\n- ")+"\n"), 0o644); err != nil {
+	if err := writeReport(state, report); err != nil {
 		t.Error(err)
 	}
 }

@@ -38,6 +38,9 @@ type Spec struct {
 	Dir     string   // working directory
 	LogFile string   // stdout and stderr are appended here
 	PIDFile string
+	// ExtraFiles are passed, through the supervisor, to the component as
+	// descriptors 3 and on; the caller closes its copies once Start returns.
+	ExtraFiles []*os.File
 }
 
 // Ref identifies a started process.
@@ -85,6 +88,10 @@ func Start(spec Spec) (*Handle, error) {
 	cmd.Args[0] = supervisorArg0
 	cmd.Dir = spec.Dir
 	cmd.Env = append(os.Environ(), spec.Env...)
+	if len(spec.ExtraFiles) > 0 {
+		cmd.ExtraFiles = spec.ExtraFiles
+		cmd.Env = append(cmd.Env, filesEnv+"="+strconv.Itoa(len(spec.ExtraFiles)))
+	}
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -141,6 +148,55 @@ func Read(name, pidFile string) (ref Ref, ok bool, err error) {
 func (r Ref) Alive() bool {
 	st, state, err := stat(r.PID)
 	return err == nil && st == r.Started && state != 'Z' && state != 'X'
+}
+
+// OpenProc opens the process's /proc directory and checks, through the
+// open directory, that it is still r's process (same start time, not
+// exited). A PID can be reused as soon as its process is gone; the open
+// directory cannot: what is opened below it afterwards is that process's,
+// or fails once it has exited, whoever has the number by then. The caller
+// closes it.
+func (r Ref) OpenProc() (*os.File, error) {
+	path := fmt.Sprintf("/proc/%d", r.PID)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s (pid %d): opening %s: %w", r.Name, r.PID, path, err)
+	}
+	dir := os.NewFile(uintptr(fd), path)
+	b, err := readAt(dir, "stat")
+	if err != nil {
+		dir.Close()
+		return nil, fmt.Errorf("%s (pid %d): %w", r.Name, r.PID, err)
+	}
+	started, state, err := parseStat(b)
+	if err != nil {
+		dir.Close()
+		return nil, fmt.Errorf("%s (pid %d): %s/stat: %w", r.Name, r.PID, path, err)
+	}
+	switch {
+	case started != r.Started:
+		dir.Close()
+		return nil, fmt.Errorf("%s (pid %d) is gone: the PID now names a process started at %d, not the one recorded, started at %d", r.Name, r.PID, started, r.Started)
+	case state == 'Z' || state == 'X':
+		dir.Close()
+		return nil, fmt.Errorf("%s (pid %d) is gone: it has exited", r.Name, r.PID)
+	}
+	return dir, nil
+}
+
+// readAt reads the file name below the open directory dir.
+func readAt(dir *os.File, name string) ([]byte, error) {
+	fd, err := syscall.Openat(int(dir.Fd()), name, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s/%s: %w", dir.Name(), name, err)
+	}
+	f := os.NewFile(uintptr(fd), dir.Name()+"/"+name)
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", f.Name(), err)
+	}
+	return b, nil
 }
 
 // Component returns the supervised component: the supervisor's child.
@@ -251,19 +307,28 @@ func stat(pid int) (uint64, byte, error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	st, state, err := parseStat(b)
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return st, state, nil
+}
+
+// parseStat returns the starttime and state fields of a /proc/<pid>/stat.
+func parseStat(b []byte) (uint64, byte, error) {
 	// The command name may contain spaces and parentheses; fields start
 	// after the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+		return 0, 0, errors.New("malformed: no command name")
 	}
 	fields := strings.Fields(string(b[i+1:]))
 	if len(fields) < 20 {
-		return 0, 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+		return 0, 0, fmt.Errorf("malformed: %d fields after the command name", len(fields))
 	}
 	st, err := strconv.ParseUint(fields[19], 10, 64)
 	if err != nil {
-		return 0, 0, fmt.Errorf("malformed /proc/%d/stat: %w", pid, err)
+		return 0, 0, fmt.Errorf("malformed start time: %w", err)
 	}
 	return st, fields[0][0], nil
 }

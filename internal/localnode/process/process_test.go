@@ -219,3 +219,79 @@ func TestSupervisor(t *testing.T) {
 		t.Errorf("component %d outlived its killed supervisor", child)
 	}
 }
+
+// OpenProc opens only the recorded process's directory, and what is opened
+// through it later is that process's or nothing: once it has exited,
+// lookups in the directory fail, whoever has the PID by then.
+func TestOpenProc(t *testing.T) {
+	s := spec(t, "holder", "/bin/sleep", "60")
+	h, err := Start(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Ref.Stop(time.Second) })
+	stale := h.Ref
+	stale.Started++
+	if d, err := stale.OpenProc(); err == nil || !strings.Contains(err.Error(), "is gone") {
+		if d != nil {
+			d.Close()
+		}
+		t.Fatalf("OpenProc of a PID whose process has another start time: %v, want a refusal", err)
+	}
+	dir, err := h.Ref.OpenProc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	if _, err := readAt(dir, "stat"); err != nil {
+		t.Fatalf("opening below the directory of a live process: %v", err)
+	}
+	if err := h.Ref.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	<-h.Done()
+	if _, err := readAt(dir, "stat"); err == nil {
+		t.Fatal("the directory of an exited process still answers lookups")
+	}
+}
+
+// Files given in Spec.ExtraFiles reach the component, through the
+// supervisor, as descriptors 3 and on; the supervisor's own bookkeeping
+// does not reach its environment.
+func TestStartPassesExtraFiles(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := spec(t, "writer", "/bin/sh", "-c", `echo "written env=${`+filesEnv+`:-unset}" >&3; exec sleep 60`)
+	s.ExtraFiles = []*os.File{f}
+	h, err := Start(s)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Ref.Stop(time.Second) })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(out)
+		if string(b) == "written env=unset\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("descriptor 3 of the component: %q, want %q\n%s", b, "written env=unset\n", Tail(s.LogFile, 5))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The supervisor keeps no copy: it would outlive what the file stands
+	// for (a namespace) as long as the component runs.
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", h.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range fds {
+		if target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", h.PID, e.Name())); err == nil && target == out {
+			t.Errorf("the supervisor holds %s as descriptor %s", out, e.Name())
+		}
+	}
+}

@@ -88,6 +88,12 @@ func TestDueOldestRefusalFirst(t *testing.T) {
 	if got := uids(q.Due(t0.Add(time.Hour), nil)); !slices.Equal(got, []types.UID{"z", "m"}) {
 		t.Fatalf("order after forgetting a: %v", got)
 	}
+	// Refused again, a forgotten pod takes its place as a new refusal: last,
+	// and once.
+	q.Refused("a", "OutOfpods", t0.Add(2*time.Second), nil)
+	if got := uids(q.Due(t0.Add(time.Hour), nil)); !slices.Equal(got, []types.UID{"z", "m", "a"}) {
+		t.Fatalf("order after a's new refusal: %v", got)
+	}
 }
 
 // A pod that can never fit is tried at most once per Max, however long it
