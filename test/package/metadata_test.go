@@ -4,6 +4,7 @@ package packagetest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -39,10 +40,18 @@ func TestDebControl(t *testing.T) {
 		t.Errorf("conffiles %q, want %q", conffiles, w)
 	}
 	// The scripts' behaviour is the swap tables'; here, that the package
-	// carries them as they are in build/scripts/deb.
+	// carries them as they are in build/scripts/deb, and no other.
 	for _, script := range []string{"preinst", "postinst", "prerm", "postrm"} {
-		if body := run(t, nil, "dpkg-deb", "--info", d, script); body != readFile(t, filepath.Join(repo, "build/scripts/deb", script)) {
-			t.Errorf("the package's %s is not build/scripts/deb/%s:\n%s", script, script, body)
+		want, err := os.ReadFile(filepath.Join(repo, "build/scripts/deb", script))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		body, stderr, code := runBoth(t, "dpkg-deb", "--info", d, script)
+		switch {
+		case want == nil && code == 0:
+			t.Errorf("the package has a %s, and build/scripts/deb none:\n%s", script, body)
+		case want != nil && (code != 0 || body != string(want)):
+			t.Errorf("the package's %s is not build/scripts/deb/%s (dpkg-deb exit %d %s):\n%s", script, script, code, stderr, body)
 		}
 	}
 	t.Logf("%s: %s", filepath.Base(d), run(t, nil, "dpkg-deb", "--field", d))

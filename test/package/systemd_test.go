@@ -10,30 +10,42 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 const kubeletUnit = "kubelet.service"
 
-// fakeSystemd is testdata/systemctl installed in a system root, where the
-// package scripts run chrooted and find it on their PATH.
+// fakeSystemd is testdata/systemctl and testdata/journalctl installed in a
+// system root, where the package scripts run chrooted and find them on
+// their PATH.
 type fakeSystemd struct {
 	root  string // the root's directory
 	state string // the fake's state directory, seen from the host
 }
 
-// installFakeSystemd puts the fake systemctl at /usr/bin/systemctl in the
-// root. running marks a running systemd (/run/systemd/system); the preset
-// policy is Debian's (no preset file: every unit enabled) or, with
+// installFakeSystemd puts the fake systemctl and journalctl in the root's
+// /usr/bin. running marks a running systemd (/run/systemd/system); the
+// preset policy is Debian's (no preset file: every unit enabled) or, with
 // disableAll, Fedora's and RHEL's ("disable *").
 func installFakeSystemd(t *testing.T, root string, running, disableAll bool) *fakeSystemd {
 	t.Helper()
-	writeFile(t, filepath.Join(root, "usr/bin/systemctl"), readFile(t, "testdata/systemctl"))
-	if err := os.Chmod(filepath.Join(root, "usr/bin/systemctl"), 0o755); err != nil {
+	for _, tool := range []string{"systemctl", "journalctl"} {
+		writeFile(t, filepath.Join(root, "usr/bin", tool), readFile(t, filepath.Join("testdata", tool)))
+		if err := os.Chmod(filepath.Join(root, "usr/bin", tool), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The boot clock (see testdata/systemctl), booted long enough ago that
+	// times aged by elapse stay after it.
+	sd := &fakeSystemd{root: root, state: filepath.Join(root, "var/lib/fake-systemd")}
+	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	writeFile(t, filepath.Join(sd.state, "boot"), strconv.FormatInt(time.Now().Unix()-1_000_000, 10)+"\n")
 	if running {
 		if err := os.MkdirAll(filepath.Join(root, "run/systemd/system"), 0o755); err != nil {
 			t.Fatal(err)
@@ -42,7 +54,68 @@ func installFakeSystemd(t *testing.T, root string, running, disableAll bool) *fa
 	if disableAll {
 		writeFile(t, filepath.Join(root, "usr/lib/systemd/system-preset/99-default-disable.preset"), "disable *\n")
 	}
-	return &fakeSystemd{root: root, state: filepath.Join(root, "var/lib/fake-systemd")}
+	return sd
+}
+
+// elapse lets d pass on the node: every time the scripts can read, the
+// fake's records of stops (boot clock) and dpkg's records of packages
+// (the modification times of /var/lib/dpkg/info's files), becomes d older.
+func (f *fakeSystemd) elapse(t *testing.T, d time.Duration) {
+	t.Helper()
+	usec := d.Microseconds()
+	older := func(s string) string {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < usec {
+			t.Fatalf("fake systemd: cannot age the time %q by %v", s, d)
+		}
+		return strconv.FormatInt(n-usec, 10)
+	}
+	stopped, err := filepath.Glob(filepath.Join(f.state, "stopped", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range stopped {
+		writeFile(t, file, older(strings.TrimSpace(readFile(t, file)))+"\n")
+	}
+	if journal := filepath.Join(f.state, "journal"); exists(journal) {
+		var b strings.Builder
+		for _, line := range strings.Split(strings.TrimSuffix(readFile(t, journal), "\n"), "\n") {
+			at, unit, _ := strings.Cut(line, " ")
+			b.WriteString(older(at) + " " + unit + "\n")
+		}
+		writeFile(t, journal, b.String())
+	}
+	info, err := os.ReadDir(filepath.Join(f.root, "var/lib/dpkg/info"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range info {
+		file := filepath.Join(f.root, "var/lib/dpkg/info", e.Name())
+		fi, err := os.Lstat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(file, fi.ModTime().Add(-d), fi.ModTime().Add(-d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// journalOff makes journald keep nothing (Storage=none: no record from
+// before either), or keep records again.
+func (f *fakeSystemd) journalOff(t *testing.T, off bool) {
+	t.Helper()
+	file := filepath.Join(f.state, "journal-off")
+	if !off {
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	writeFile(t, file, "")
+	if err := os.Remove(filepath.Join(f.state, "journal")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
 }
 
 // systemctl runs the fake in the root as an operator would (kubeadm join
@@ -179,7 +252,7 @@ type swapTable struct {
 	format string
 	sd     *fakeSystemd
 	// scratch is where the scripts keep state between them, which none
-	// leaves behind after a package operation.
+	// leaves behind after a package operation ("": they keep none).
 	scratch string
 	rows    []swapRow
 }
@@ -212,7 +285,7 @@ func (tb *swapTable) step(t *testing.T, name string, want unitState, wantSaid st
 	if wantSaid != "" && !strings.Contains(row.said, wantSaid) {
 		t.Errorf("%s %s: the scripts said %q, want them to say %q", tb.format, name, row.said, wantSaid)
 	}
-	if exists(filepath.Join(tb.sd.root, tb.scratch)) {
+	if tb.scratch != "" && exists(filepath.Join(tb.sd.root, tb.scratch)) {
 		t.Errorf("%s %s: the scripts left %s behind", tb.format, name, tb.scratch)
 	}
 	if c := tb.sd.complaints(t)[complained:]; c != "" {
@@ -234,6 +307,32 @@ func (tb *swapTable) markdown() string {
 			strings.Join(calls, "<br>") + " | " + strings.ReplaceAll(r.said, "\n", "<br>") + " |\n")
 	}
 	return b.String()
+}
+
+// starts is the calls that start a unit or restart it.
+func starts(calls []string) []string {
+	var got []string
+	for _, c := range calls {
+		verb, now := "", false
+		for _, w := range strings.Fields(c) {
+			switch {
+			case w == "--now":
+				now = true
+			case strings.HasPrefix(w, "-"):
+			case verb == "":
+				verb = w
+			}
+		}
+		switch verb {
+		case "start", "restart", "try-restart", "reload-or-restart", "try-reload-or-restart":
+			got = append(got, c)
+		case "enable":
+			if now {
+				got = append(got, c)
+			}
+		}
+	}
+	return got
 }
 
 var (

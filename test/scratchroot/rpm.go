@@ -11,10 +11,11 @@ import (
 )
 
 // RPMRoot is a scratch root that stands in for a merged-/usr rpm-based
-// system (busybox's shell and tools) with its own rpm database. rpm runs
-// the scriptlets chrooted in it, as it does with --root: that needs root
-// (CanChroot). Dependencies are not checked (the root holds no other
-// packages).
+// system (busybox's shell and tools, and rpm) with its own rpm database at
+// /var/lib/rpm, as RHEL's. rpm runs the scriptlets chrooted in it, as it
+// does with --root: that needs root (CanChroot); a scriptlet's rpm -q reads
+// that database, in the middle of the transaction as on a real system.
+// Dependencies are not checked (the root holds no other packages).
 type RPMRoot struct {
 	Dir string
 	// Env is added to rpm's environment, and so to the scriptlets'.
@@ -29,11 +30,54 @@ func NewRPM(dir string) (*RPMRoot, error) {
 	if err := makeSystem(dir); err != nil {
 		return nil, err
 	}
+	if err := installRPM(dir); err != nil {
+		return nil, err
+	}
 	r := &RPMRoot{Dir: dir}
 	if _, err := r.rpm("--initdb"); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// installRPM copies the host's rpm into the root with the configuration it
+// reads at start (rpmrc, macros, popt aliases, this machine's platform
+// macros). Debian's rpm keeps its database in the user's home; the root's
+// /etc/rpm/macros puts it where RHEL's is, where the tests' rpm --dbpath
+// writes it.
+func installRPM(dir string) error {
+	host, err := exec.LookPath("rpm")
+	if err != nil {
+		return fmt.Errorf("scratch root: %w (install rpm)", err)
+	}
+	if err := copyFromHost(dir, host); err != nil {
+		return err
+	}
+	out, err := exec.Command(host, "--eval", "%{_rpmconfigdir}", "--eval", "%{_arch}").Output()
+	if err != nil {
+		return fmt.Errorf("scratch root: rpm --eval: %w", err)
+	}
+	configDir, arch, ok := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if !ok {
+		return fmt.Errorf("scratch root: rpm --eval gave %q, want its configuration directory and architecture", out)
+	}
+	popt, err := filepath.Glob(filepath.Join(configDir, "rpmpopt-*"))
+	if err != nil {
+		return fmt.Errorf("scratch root: %w", err)
+	}
+	for _, f := range append(popt, filepath.Join(configDir, "rpmrc"), filepath.Join(configDir, "macros"),
+		filepath.Join(configDir, "platform", arch+"-linux", "macros")) {
+		if err := copyPath(dir, f); err != nil {
+			return fmt.Errorf("scratch root: copying rpm's %s: %w", f, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "etc/rpm"), 0o755); err != nil {
+		return fmt.Errorf("scratch root: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc/rpm/macros"), []byte("%_dbpath /var/lib/rpm\n"), 0o644); err != nil {
+		return fmt.Errorf("scratch root: %w", err)
+	}
+	return nil
 }
 
 // Path is p (absolute, as on the installed system) inside the root.

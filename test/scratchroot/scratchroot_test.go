@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/critlet/critlet/test/testenv"
@@ -176,5 +177,96 @@ func TestRPMRoot(t *testing.T) {
 	got, _ := os.ReadFile(r.Path("/scriptlets"))
 	if want := "post 1 1\npost 2 2\npreun 1 1\npreun 2 0\n"; string(got) != want {
 		t.Errorf("scriptlets ran as\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestRPMScriptletsQuery: a scriptlet's rpm -q reads the root's database
+// in the middle of the transaction: a package obsoleting another sees it
+// still installed from its %pre (rpm -U erases it later), and sees a
+// package installed before its own removal from its %preun.
+func TestRPMScriptletsQuery(t *testing.T) {
+	testenv.Need(t, "a system root", CanChroot())
+	_, err := exec.LookPath("rpmbuild")
+	testenv.Need(t, "rpmbuild", err)
+	r, err := NewRPM(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := t.TempDir()
+	query := `$(if rpm -q --quiet old; then echo old; else echo none; fi)`
+	build := func(name, header string) string {
+		spec := filepath.Join(top, name+".spec")
+		body := "Name: " + name + "\nVersion: 1\nRelease: 1\nSummary: demo\nLicense: none\nBuildArch: noarch\n" + header +
+			"%description\ndemo\n%install\nmkdir -p %{buildroot}/usr/share/" + name + "\necho " + name + " >%{buildroot}/usr/share/" + name + "/file\n" +
+			"%files\n/usr/share/" + name + "/file\n" +
+			"%pre\necho \"" + name + " pre $1 " + query + "\" >>/scriptlets\n" +
+			"%preun\necho \"" + name + " preun $1 " + query + "\" >>/scriptlets\n"
+		if err := os.WriteFile(spec, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("rpmbuild", "--quiet", "--define", "_topdir "+top, "-bb", spec).CombinedOutput(); err != nil {
+			t.Fatalf("rpmbuild %s: %v\n%s", name, err, out)
+		}
+		return filepath.Join(top, "RPMS/noarch/"+name+"-1-1.noarch.rpm")
+	}
+	old, replacing := build("old", ""), build("new", "Obsoletes: old\n")
+	for _, step := range []func() (string, error){
+		func() (string, error) { return r.Upgrade(old) },
+		func() (string, error) { return r.Upgrade(replacing) },
+		func() (string, error) { return r.InstallBeside(old) },
+		func() (string, error) { return r.Erase("new") },
+	} {
+		if out, err := step(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	got, _ := os.ReadFile(r.Path("/scriptlets"))
+	want := "old pre 1 none\nnew pre 1 old\nold preun 0 old\nold pre 1 none\nnew preun 0 old\n"
+	if string(got) != want {
+		t.Errorf("scriptlets ran as\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestCopyHostPackage: a system root given the host's perl-base and
+// init-system-helpers runs Debian's deb-systemd-invoke chrooted, which
+// asks /usr/sbin/policy-rc.d before it calls systemctl to start a unit.
+func TestCopyHostPackage(t *testing.T) {
+	testenv.Need(t, "a system root", CanChroot())
+	_, err := exec.LookPath("deb-systemd-invoke")
+	testenv.Need(t, "Debian's deb-systemd-invoke", err)
+	dir := t.TempDir()
+	if err := makeSystem(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{"perl-base", "init-system-helpers"} {
+		if err := CopyHostPackage(dir, pkg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A systemctl that records its calls, with demo.service enabled.
+	write("usr/bin/systemctl", "#!/bin/sh\necho \"$*\" >>/calls\ncase \"$*\" in *is-enabled*) echo enabled ;; esac\n")
+	invoke := func() string {
+		t.Helper()
+		os.Remove(filepath.Join(dir, "calls"))
+		cmd := exec.Command("chroot", dir, "/usr/bin/deb-systemd-invoke", "start", "demo.service")
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("deb-systemd-invoke: %v\n%s", err, out)
+		}
+		calls, _ := os.ReadFile(filepath.Join(dir, "calls"))
+		return string(calls)
+	}
+	if got := invoke(); !strings.Contains(got, "start demo.service") {
+		t.Errorf("deb-systemd-invoke start called systemctl\n%s\nwant it to start demo.service", got)
+	}
+	write("usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n")
+	if got := invoke(); got != "" {
+		t.Errorf("under a policy-rc.d forbidding starts deb-systemd-invoke called systemctl\n%s", got)
 	}
 }

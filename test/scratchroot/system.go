@@ -184,3 +184,56 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	}
 	return out.Close()
 }
+
+// CopyHostPackage copies into the root dir every file the host's installed
+// Debian package pkg has (as dpkg-query lists them, outside the root's
+// package database), with the shared libraries its ELF programs need: a
+// system root gets a host tool and its interpreter so (Debian's
+// deb-systemd-invoke is a Perl script: init-system-helpers and perl-base).
+func CopyHostPackage(dir, pkg string) error {
+	out, err := exec.Command("dpkg-query", "--listfiles", pkg).Output()
+	if err != nil {
+		return fmt.Errorf("scratch root: dpkg-query --listfiles %s: %w", pkg, err)
+	}
+	for _, p := range strings.Split(string(out), "\n") {
+		// Diversion notes are not paths.
+		if !strings.HasPrefix(p, "/") {
+			continue
+		}
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // listed, and removed by the host's administrator
+		}
+		if err != nil {
+			return fmt.Errorf("scratch root: %w", err)
+		}
+		if fi.IsDir() {
+			continue // made as the files in it are copied
+		}
+		if isDynamicELF(p) {
+			err = copyFromHost(dir, p)
+		} else {
+			err = copyPath(dir, p)
+		}
+		if err != nil {
+			return fmt.Errorf("scratch root: copying %s of the host's %s: %w", p, pkg, err)
+		}
+	}
+	return nil
+}
+
+// isDynamicELF says whether path is an executable that the dynamic linker
+// starts.
+func isDynamicELF(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true
+		}
+	}
+	return false
+}
