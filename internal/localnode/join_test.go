@@ -317,30 +317,48 @@ func waitNoProcess(t *testing.T, pid int) {
 
 // takePID starts a process in the host's namespaces with the PID pid, as
 // the kernel may hand out a dead process's PID: the last PID handed out is
-// set just below it (ns_last_pid, root's), then a process started.
-// Another process on the machine may take the PID first; that is retried.
+// set just below it (ns_last_pid, root's), then a process started. A
+// single-threaded shell does both, so no thread of the test binary takes
+// the PID between them; another process on the machine still may, which
+// is retried until a deadline rather than a count (a busy machine forks
+// often).
 func takePID(t *testing.T, pid int) {
 	t.Helper()
 	const lastPID = "/proc/sys/kernel/ns_last_pid"
-	for try := 0; try < 200; try++ {
-		err := os.WriteFile(lastPID, []byte(strconv.Itoa(pid-1)), 0)
-		if try == 0 {
-			testenv.Need(t, "setting the next PID ("+lastPID+", root)", err)
-		} else if err != nil {
+	f, err := os.OpenFile(lastPID, os.O_WRONLY, 0)
+	testenv.Need(t, "setting the next PID ("+lastPID+", root)", err)
+	f.Close()
+	const script = `echo "$1" > ` + lastPID + ` || exit 1
+/bin/sleep 60 &
+echo $!
+wait`
+	var got []int
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		c := exec.Command("/bin/sh", "-c", script, "sh", strconv.Itoa(pid-1))
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := c.StdoutPipe()
+		if err != nil {
 			t.Fatal(err)
 		}
-		c := exec.Command("/bin/sleep", "60")
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		if c.Process.Pid == pid {
-			t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		stop := func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL); _ = c.Wait() }
+		var child int
+		if _, err := fmt.Fscan(out, &child); err != nil {
+			stop()
+			t.Fatalf("the shell taking pid %d printed no PID: %v", pid, err)
+		}
+		if child == pid {
+			t.Cleanup(stop)
 			return
 		}
-		_ = c.Process.Kill()
-		_ = c.Wait()
+		stop()
+		if len(got) < 10 {
+			got = append(got, child)
+		}
 	}
-	t.Fatalf("no process could be started with pid %d in 200 tries", pid)
+	t.Fatalf("no process could be started with pid %d in 30s (first PIDs handed out: %v)", pid, got)
 }
 
 // Unmounting in the node's namespace reads the holder's mounts through its
