@@ -100,7 +100,7 @@ test-go: node-deps ## the unit tests (containerd is needed by one)
 	hack/go-test.sh unit -- -trimpath ./...
 
 # Upstream's pkg/kubelet compiled as the patched kubelet compiles it (the
-# overlay), its own unit tests and the patches' (pkg/kubelet/critlet_*_test.go),
+# overlay), its own unit tests and the patches' (overlay/k8s.io/kubernetes/pkg/kubelet/critlet_*_test.go),
 # with every setting off and then on: about 3 minutes after the kubelet build.
 test-patched-kubelet: ## upstream's pkg/kubelet tests and the patches' on the patched package, settings off and on
 	hack/test-patched-kubelet.sh
@@ -109,8 +109,8 @@ test-patched-kubelet: ## upstream's pkg/kubelet tests and the patches' on the pa
 # termination (race-compiling its kubelet dependencies costs about ten
 # minutes once, then comes from the cache).
 test-race: ## the race detector on the pure packages and the handler's termination
-	hack/go-test.sh race-pure -- -race ./pkg/kubelet/preemption/victims/... ./pkg/kubelet/preemption/options/... ./pkg/kubelet/preemption/termination/...
-	hack/go-test.sh race-handler -- -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown|Resume|Outage' ./pkg/kubelet/preemption
+	hack/go-test.sh race-pure -- -race ./pkg/victims/... ./pkg/settings/... ./pkg/termination/... ./pkg/kubeletstate/...
+	hack/go-test.sh race-handler -- -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown|Resume|Outage' ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption
 
 # Victims must be the stock kubelet's on every code generator: amd64 v3
 # and arm64 fuse multiply-adds where v1 cannot. The selection's and the
@@ -119,7 +119,7 @@ test-cross: test-deps ## the handler's and selection's tests on amd64 v3 and arm
 	GOAMD64=v3 hack/go-test.sh amd64-v3 -- -trimpath $(CROSS_TESTS)
 	GOARCH=arm64 hack/go-test.sh arm64 -- -trimpath -exec qemu-aarch64-static $(CROSS_TESTS)
 
-CROSS_TESTS := ./pkg/kubelet/preemption/ ./pkg/kubelet/preemption/victims/ ./pkg/kubelet/preemption/termination/
+CROSS_TESTS := ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption/ ./pkg/victims/ ./pkg/termination/
 
 # qemu-user-static for the arm64 test binaries, from Debian, when absent.
 test-deps: ## qemu-user-static and rpm from Debian, when absent

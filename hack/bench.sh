@@ -16,12 +16,12 @@ mkdir -p "$out"
 # iteration per run is plenty there.
 go test -trimpath -run '^$' -count "$COUNT" -benchmem \
   -bench 'HandleAdmissionFailure/impl=.*/pods=(110|1000)$|RequestFloor|HandleAdmissionFailure/impl=critlet' \
-  ./pkg/kubelet/preemption | grep -E '^(goos|goarch|pkg|cpu|Benchmark)' >"$out/admission.txt"
+  ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption | grep -E '^(goos|goarch|pkg|cpu|Benchmark)' >"$out/admission.txt"
 go test -trimpath -run '^$' -count "$COUNT" -benchmem -benchtime 1x \
   -bench 'HandleAdmissionFailure/impl=stock/pods=5000$' \
-  ./pkg/kubelet/preemption | grep -E '^Benchmark' >>"$out/admission.txt"
+  ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption | grep -E '^Benchmark' >>"$out/admission.txt"
 go test -trimpath -run '^$' -count "$COUNT" -bench 'Termination' \
-  ./pkg/kubelet/preemption | grep -E '^(goos|goarch|pkg|cpu|Benchmark)' >"$out/termination.txt"
+  ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption | grep -E '^(goos|goarch|pkg|cpu|Benchmark)' >"$out/termination.txt"
 
 echo "== admission: stock vs critlet (columns by implementation)"
 go run "$BENCHSTAT" -col /impl "$out/admission.txt"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tests upstream's pkg/kubelet as the patched build compiles it: critlet's
 # files added and its hooks applied (the overlay), with each patch's own
-# tests (pkg/kubelet/critlet_*_test.go) beside upstream's. The package is
+# tests (overlay/k8s.io/kubernetes/pkg/kubelet/critlet_*_test.go) beside upstream's. The package is
 # tested twice, with every setting off and with every setting on, so
 # upstream's own tests of the hooked functions pass both ways.
 #

@@ -31,7 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/critlet/critlet/internal/explain"
-	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+	"github.com/critlet/critlet/pkg/victims"
 )
 
 // Exit statuses besides the verdicts' (explain.Verdict.ExitCode).

@@ -17,8 +17,9 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as upstream's main
 	"k8s.io/kubernetes/cmd/kubelet/app"
 
-	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/patched"
+	"github.com/critlet/critlet/pkg/settings"
 )
 
 // Exit codes besides the kubelet's own.
@@ -33,8 +34,8 @@ func main() {
 
 // run checks critlet's settings and the build, then hands the remaining
 // arguments to start. Nothing starts when either check fails.
-func run(args []string, lookupEnv func(string) (string, bool), stderr io.Writer, start func([]string, options.Options) int) int {
-	opts, rest, err := options.FromArgs(args, lookupEnv)
+func run(args []string, lookupEnv func(string) (string, bool), stderr io.Writer, start func([]string, settings.Settings) int) int {
+	opts, rest, err := settings.FromArgs(args, lookupEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "critlet kubelet: invalid setting: %v\n", err)
 		return exitBadFlags
@@ -48,15 +49,15 @@ func run(args []string, lookupEnv func(string) (string, bool), stderr io.Writer,
 	return start(rest, opts)
 }
 
-func startKubelet(args []string, opts options.Options) int {
-	options.Set(opts)
+func startKubelet(args []string, opts settings.Settings) int {
+	kubeletstate.SetSettings(opts)
 	cmd := app.NewKubeletCommand(context.Background())
 	cmd.SetArgs(args)
 	upstreamHelp := cmd.HelpFunc()
 	cmd.SetHelpFunc(func(c *cobra.Command, a []string) {
 		upstreamHelp(c, a)
-		shown := options.Defaults()
-		fmt.Fprintf(c.OutOrStdout(), "\ncritlet critical-pod admission flags:\n%s", options.FlagSet(&shown).FlagUsagesWrapped(2))
+		shown := settings.Defaults()
+		fmt.Fprintf(c.OutOrStdout(), "\ncritlet critical-pod admission flags:\n%s", settings.FlagSet(&shown).FlagUsagesWrapped(2))
 	})
 	return cli.Run(cmd)
 }

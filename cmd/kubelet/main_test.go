@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/settings"
 )
 
 func TestRunRefusesBadSettings(t *testing.T) {
@@ -46,7 +46,7 @@ func TestRunRefusesBadSettings(t *testing.T) {
 			var stderr bytes.Buffer
 			started := false
 			code := run(tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }, &stderr,
-				func([]string, options.Options) int { started = true; return 0 })
+				func([]string, settings.Settings) int { started = true; return 0 })
 			if code != tc.wantCode || started {
 				t.Fatalf("exit %d (started: %v), want %d; stderr: %s", code, started, tc.wantCode, stderr.String())
 			}

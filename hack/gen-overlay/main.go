@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/critlet/critlet/internal/overlay"
 	"github.com/critlet/critlet/pkg/patched"
@@ -25,7 +26,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: gen-overlay -upstream DIR [-repo DIR] -gen DIR -o FILE")
 		os.Exit(2)
 	}
-	plan, err := overlay.Build(*upstream, *repo, *gen, patched.Patches)
+	plan, err := overlay.Build(*upstream, filepath.Join(*repo, overlay.SourceRoot), *gen, patched.Patches)
 	if err == nil {
 		err = plan.Apply(*gen, *out)
 	}

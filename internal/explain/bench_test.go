@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+	"github.com/critlet/critlet/pkg/victims"
 )
 
 // bigNode is a node with room for n pods and n pods on it, as kubectl

@@ -13,8 +13,8 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
 
-	"github.com/critlet/critlet/pkg/kubelet/preemption/planning"
-	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+	"github.com/critlet/critlet/pkg/planning"
+	"github.com/critlet/critlet/pkg/victims"
 )
 
 // Input is what the node's admission would see.

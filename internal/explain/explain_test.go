@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
-	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+	"github.com/critlet/critlet/pkg/victims"
 )
 
 // The fixtures, as kubectl writes them: worker-1 has 4 cpus, 8Gi, 110

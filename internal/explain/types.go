@@ -13,7 +13,7 @@ package explain
 import (
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/critlet/critlet/pkg/kubelet/preemption/victims"
+	"github.com/critlet/critlet/pkg/victims"
 )
 
 // The output schema: Explanation and the types below are what -o json and

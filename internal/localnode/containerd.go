@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/critlet/critlet/internal/localnode/isolation"
 	"github.com/critlet/critlet/internal/localnode/oci"
 	"github.com/critlet/critlet/internal/localnode/process"
 )
@@ -281,7 +282,7 @@ func (n *Node) removeSandboxes(ctx context.Context) error {
 		return fmt.Errorf("listing sandboxes: %w", err)
 	}
 	// Frozen containers cannot die; thaw them first.
-	thawCgroups(CgroupRoot)
+	isolation.ThawCgroups(CgroupRoot)
 	var errs []error
 	for _, sb := range list.Items {
 		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {

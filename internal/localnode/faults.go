@@ -12,6 +12,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/critlet/critlet/internal/localnode/isolation"
 	"github.com/critlet/critlet/internal/localnode/process"
 )
 
@@ -63,14 +64,14 @@ func (n *Node) RestartContainerd(ctx context.Context) error {
 	}
 	// Opened while the kubelet certainly holds them: containerd is entered
 	// through these, whatever becomes of the kubelet's PID meanwhile.
-	ns, err := openNamespaces(holder, n.cfg.RuntimeOnly)
-	if errors.Is(err, errHostNamespace) {
+	ns, err := isolation.OpenNamespaces(holder, n.cfg.RuntimeOnly)
+	if errors.Is(err, isolation.ErrHostNamespace) {
 		return fmt.Errorf("restarting containerd: kubelet (pid %d) has not joined the node's namespace", holder.PID)
 	}
 	if err != nil {
 		return fmt.Errorf("restarting containerd: the node's namespaces: %w", err)
 	}
-	defer ns.close()
+	defer ns.Close()
 	containerd, err := exec.LookPath("containerd")
 	if err != nil {
 		return fmt.Errorf("restarting containerd: %w", err)
@@ -80,7 +81,7 @@ func (n *Node) RestartContainerd(ctx context.Context) error {
 	}
 	// containerd works in the namespace's root, where nsenter alone would
 	// leave it.
-	args, err := ns.enterArgs("/")
+	args, err := ns.EnterArgs("/")
 	if err != nil {
 		return fmt.Errorf("restarting containerd: %w", err)
 	}
@@ -88,7 +89,7 @@ func (n *Node) RestartContainerd(ctx context.Context) error {
 		Name:       Containerd,
 		Path:       "nsenter",
 		Args:       append(args, containerd, "--config", filepath.Join(n.l.containerd(), "config.toml")),
-		ExtraFiles: ns.files(),
+		ExtraFiles: ns.Files(),
 	})
 	if err != nil {
 		return fmt.Errorf("restarting containerd: %w", err)
@@ -108,7 +109,7 @@ func (n *Node) kubeletProcess() (process.Ref, error) {
 	}
 	// nsenter execs the kubelet once it has joined: until then the process
 	// is nsenter, in the host's namespace.
-	host, err := inHostMountNamespace(k.PID)
+	host, err := isolation.InHostMountNamespace(k.PID)
 	if err != nil {
 		return process.Ref{}, err
 	}

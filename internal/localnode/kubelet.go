@@ -16,7 +16,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/critlet/critlet/internal/localnode/isolation"
 	"github.com/critlet/critlet/internal/localnode/process"
+	"github.com/critlet/critlet/internal/localnode/stateguard"
 )
 
 // kubeletSysctls are the host sysctls the kubelet sets at start
@@ -83,7 +85,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if _, err := os.Stat(n.cfg.Kubelet); err != nil {
 		return fmt.Errorf("kubelet: %w (build it with 'make kubelet' or 'make kubelet-stock')", err)
 	}
-	if err := createCgroupRoot(CgroupRoot); err != nil {
+	if err := isolation.CreateCgroupRoot(CgroupRoot); err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
 	confPath, err := n.writeKubeletConfig()
@@ -96,10 +98,10 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
-	defer ns.close() // the supervisor has its own copies once started
+	defer ns.Close() // the supervisor has its own copies once started
 	// The kubelet's log cleanup can glob relative paths: it works in an
 	// empty directory of its own.
-	args, err := ns.enterArgs(n.l.path("kubelet", "work"))
+	args, err := ns.EnterArgs(n.l.path("kubelet", "work"))
 	if err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
@@ -117,7 +119,7 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		Path:       "nsenter",
 		Args:       args,
 		Env:        n.cfg.KubeletEnv,
-		ExtraFiles: ns.files(),
+		ExtraFiles: ns.Files(),
 	})
 	if err != nil {
 		return err
@@ -210,10 +212,10 @@ func (n *Node) ResetKubelet(ctx context.Context) error {
 	}
 	errs = append(errs, n.removeSandboxes(ctx))
 	// What the runtime could not stop is killed.
-	errs = append(errs, killCgroupProcs(CgroupRoot), removeCgroups(CgroupRoot))
+	errs = append(errs, isolation.KillCgroupProcs(CgroupRoot), isolation.RemoveCgroups(CgroupRoot))
 	if n.cfg.RuntimeOnly {
 		// The next kubelet to join needs its cgroup root.
-		errs = append(errs, createCgroupRoot(CgroupRoot))
+		errs = append(errs, isolation.CreateCgroupRoot(CgroupRoot))
 	} else {
 		if err := n.client.CoreV1().Nodes().Delete(ctx, n.cfg.NodeName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting node %s: %w", n.cfg.NodeName, err))
@@ -231,19 +233,19 @@ func (n *Node) ResetKubelet(ctx context.Context) error {
 // node's /var/log and /var/lib/kubelet (kept: the namespace's mounts refer
 // to them), with Down's guard: what holds a host mount stays.
 func (n *Node) removeKubeletState() error {
-	r, err := openStateRoot(n.l.root)
+	r, err := stateguard.Open(n.l.root)
 	if err != nil {
 		return fmt.Errorf("kubelet: %w", err)
 	}
-	defer r.close()
+	defer r.Close()
 	var errs []error
 	for _, d := range []struct {
 		dir    string
 		remove func(string) error
-	}{{n.l.kubelet(), r.removeAll}, {n.l.mount("var-log"), r.clearDir}, {n.l.kubeletRootMount(), r.clearDir}} {
+	}{{n.l.kubelet(), r.RemoveAll}, {n.l.mount("var-log"), r.ClearDir}, {n.l.kubeletRootMount(), r.ClearDir}} {
 		rel, err := n.l.rel(d.dir)
 		if err == nil {
-			err = r.withoutHostMounts(rel, d.remove)
+			err = withoutHostMounts(r, rel, d.remove)
 		}
 		errs = append(errs, err)
 	}

@@ -1,12 +1,18 @@
 package localnode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
+
+	"github.com/critlet/critlet/internal/localnode/isolation"
+	"github.com/critlet/critlet/internal/localnode/stateguard"
 )
 
 // The node's mount namespace is created with containerd and joined by every
@@ -134,15 +140,8 @@ func planNamespace(cfg Config, l layout, host hostView) (namespacePlan, error) {
 // applyNamespace makes what p needs and returns its shell lines. Nothing is
 // written through a link, and each host directory made is recorded first.
 func (n *Node) applyNamespace(p namespacePlan) ([]string, error) {
-	if len(p.private) > 0 {
-		if err := n.l.record("private", p.private...); err != nil {
-			return nil, err
-		}
-	}
-	for _, d := range p.hostDirs {
-		if err := n.hostDir(d); err != nil {
-			return nil, err
-		}
+	if err := stateguard.MakeHostDirs(n.l.root, p.private, p.hostDirs); err != nil {
+		return nil, err
 	}
 	for _, d := range p.dirs {
 		if err := n.l.mkdirAll(d, 0o755); err != nil {
@@ -176,24 +175,56 @@ func privateNetworkLines() []string {
 }
 
 // openNodeNamespaces opens the namespaces of containerd's process, the
-// node's (openNamespaces). One in the host's mount namespace (a stale or
-// forged PID file, or a containerd restart still in nsenter) holds no
-// node's namespace: what would be done in it, killing what shares it above
-// all, would be done to the host. That is errHostNamespace.
-func (n *Node) openNodeNamespaces() (*nodeNamespaces, error) {
+// node's (isolation.OpenNamespaces). One in the host's mount namespace (a
+// stale or forged PID file, or a containerd restart still in nsenter) holds
+// no node's namespace: what would be done in it, killing what shares it
+// above all, would be done to the host. That is isolation.ErrHostNamespace.
+func (n *Node) openNodeNamespaces() (*isolation.Namespaces, error) {
 	ref, err := n.runningComponent(Containerd)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the node's mount namespace is gone (run local-node up)", err)
 	}
-	ns, err := openNamespaces(ref, n.cfg.RuntimeOnly)
-	if errors.Is(err, errHostNamespace) {
+	ns, err := isolation.OpenNamespaces(ref, n.cfg.RuntimeOnly)
+	if errors.Is(err, isolation.ErrHostNamespace) {
 		return nil, fmt.Errorf("%w: %s's process, pid %d, named by %s, is there (a stale or forged PID file, or containerd restarting); nothing is done in or to that namespace",
-			errHostNamespace, Containerd, ref.PID, n.l.pidFile(Containerd))
+			isolation.ErrHostNamespace, Containerd, ref.PID, n.l.pidFile(Containerd))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the node's namespaces: %w", err)
 	}
 	return ns, nil
+}
+
+// Command returns a command that runs inside the node's namespaces: its
+// mount namespace and, for a RuntimeOnly node, its network, in directory
+// dir (absolute). Processes started so are the node's: Down kills any that
+// are left. The namespaces are opened here, from their holder, and handed
+// to nsenter as cmd.ExtraFiles (descriptors 3 and 4): a caller adding
+// files appends to them. The command itself does not inherit them.
+func (n *Node) Command(ctx context.Context, dir, path string, args ...string) (*exec.Cmd, error) {
+	if strings.Contains(path, "/") && !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("command %q in the node: a relative path would name a file of the command's directory there (%s)", path, dir)
+	}
+	ns, err := n.openNodeNamespaces()
+	if err != nil {
+		return nil, err
+	}
+	enter, err := ns.EnterArgs(dir)
+	if err != nil {
+		ns.Close()
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, "nsenter", append(append(enter, path), args...)...)
+	// Once started, the command holds its own copies; this process's are
+	// closed when cmd is collected (or by a caller, once it has started).
+	cmd.ExtraFiles = ns.Files()
+	ns.CloseProc()
+	// The command and whatever it starts form one process group, which a
+	// cancelled context kills whole.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	return cmd, nil
 }
 
 // unmountInNamespace removes the mounts below dir in the node's namespace,
@@ -203,20 +234,30 @@ func (n *Node) unmountInNamespace(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer ns.close()
-	// The holder's mounts, read through its checked /proc directory.
-	mounts, err := mountsUnder(fmt.Sprintf("/proc/self/fd/%d/mountinfo", ns.proc.Fd()), dir)
+	defer ns.Close()
+	return ns.Unmount(dir)
+}
+
+// joinedProcesses lists the processes that joined the node's mount
+// namespace (isolation.Namespaces.Joined). A holder in the host's
+// namespace lists nothing and is an error: every host process would be
+// listed.
+func (n *Node) joinedProcesses() ([]int, error) {
+	ns, err := n.openNodeNamespaces()
+	if errors.Is(err, isolation.ErrHostNamespace) {
+		return nil, err
+	}
 	if err != nil {
-		return fmt.Errorf("the node namespace's mounts: %w", err)
+		return nil, nil // no namespace, nobody in it
 	}
-	for _, m := range mounts {
-		cmd := exec.Command("nsenter", "--mount=/proc/self/fd/3", "--", "umount", "--lazy", m)
-		cmd.ExtraFiles = []*os.File{ns.mnt}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("unmounting %s in the node's namespace: %v: %s", m, err, out)
-		}
-	}
-	return nil
+	defer ns.Close()
+	return ns.Joined()
+}
+
+// killJoined kills every process that joined the node's namespace and
+// waits until they are gone.
+func (n *Node) killJoined() error {
+	return isolation.KillUntilGone("in the node's namespace", n.joinedProcesses)
 }
 
 // shellQuote quotes s for a POSIX shell.

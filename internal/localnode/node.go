@@ -13,11 +13,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/critlet/critlet/internal/localnode/isolation"
 	"github.com/critlet/critlet/internal/localnode/pki"
 	"github.com/critlet/critlet/internal/localnode/process"
+	"github.com/critlet/critlet/internal/localnode/stateguard"
 )
 
 // Node is a running local node.
@@ -62,6 +65,17 @@ func Up(ctx context.Context, cfg Config) (*Node, error) {
 	return lockedUp(cfg.logger(), func() (*Node, error) { return up(ctx, cfg) })
 }
 
+// lockedUp runs a start-up under the host lock.
+func lockedUp(log logr.Logger, start func() (*Node, error)) (*Node, error) {
+	var n *Node
+	err := hostFiles.WithLock(log, func() error {
+		var err error
+		n, err = start()
+		return err
+	})
+	return n, err
+}
+
 func up(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.RuntimeOnly {
 		return nil, errors.New("a RuntimeOnly node has no control plane for a kubelet of its own: start it with UpRuntime")
@@ -103,12 +117,12 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkStateDir(cfg.StateDir); err != nil {
+	if err := stateguard.Check(cfg.StateDir); err != nil {
 		return nil, err
 	}
 	// Checked before anything is read from it, and used resolved: the node
 	// works in the directory itself, whatever link led to it.
-	real, err := trustStateDir(cfg.StateDir)
+	real, err := stateguard.Trust(cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -143,11 +157,6 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	// Claimed, and what it will hold recorded, before anything is made in it.
-	root, err := createStateDir(n.l.root)
-	if err != nil {
-		return nil, err
-	}
-	root.close()
 	if err := n.claim(); err != nil {
 		return nil, err
 	}
@@ -188,7 +197,7 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if n.cfg.RuntimeOnly {
 		// The kubelets that join need their cgroup root.
-		if err := createCgroupRoot(CgroupRoot); err != nil {
+		if err := isolation.CreateCgroupRoot(CgroupRoot); err != nil {
 			return nil, err
 		}
 	}

@@ -20,6 +20,20 @@ import (
 	"github.com/critlet/critlet/test/testenv"
 )
 
+// The package's tests lock a file of their own, not the host's, and claim,
+// or read the claim on, none of the host's node resources.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "critlet-localnode-test-")
+	if err != nil {
+		panic(err)
+	}
+	hostFiles.LockFile = filepath.Join(dir, "lock")
+	hostFiles.OwnerFile = filepath.Join(dir, "owner")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 func testNode(t *testing.T) *Node {
 	t.Helper()
 	cfg, err := Config{StateDir: t.TempDir(), BinDir: "/bin", Kubelet: "/bin/true", MaxPods: 4, RuntimeRequestTimeout: 30 * time.Second,
@@ -168,14 +182,6 @@ func TestWaitForTimesOut(t *testing.T) {
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/t\011ab`: "/t\tab", `/odd\`: `/odd\`} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestConfigDefaults(t *testing.T) {
 	if _, err := (Config{StateDir: "relative"}).withDefaults(); err == nil {
 		t.Error("a relative state directory was accepted")
@@ -225,24 +231,23 @@ func TestShellQuote(t *testing.T) {
 	}
 }
 
-func TestMountsUnder(t *testing.T) {
-	info := filepath.Join(t.TempDir(), "mountinfo")
-	lines := "22 1 0:21 / /state/kubelet rw - ext4 a rw\n" +
-		"23 22 0:22 / /state/kubelet/pods/x\\040y/vol rw - tmpfs b rw\n" +
-		"24 1 0:23 / /state-other/k rw - tmpfs c rw\n" +
-		"25 1 0:24 / /state rw - tmpfs d rw\n"
-	if err := os.WriteFile(info, []byte(lines), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := mountsUnder(info, "/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"/state/kubelet/pods/x y/vol", "/state/kubelet"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("mountsUnder = %q, want %q (deepest first, only below the directory)", got, want)
-	}
-	if _, err := mountsUnder(filepath.Join(t.TempDir(), "none"), "/state"); err == nil {
-		t.Error("a missing mountinfo file was not an error")
+// Private directories must be paths the node may cover, and apart.
+func TestCheckPrivateDirs(t *testing.T) {
+	for _, c := range []struct {
+		dirs []string
+		want string // error text; empty: accepted
+	}{
+		{[]string{"/etc/kubernetes", "/var/lib/etcd"}, ""},
+		{[]string{"/etc"}, "no system directory"},
+		{[]string{"etc/kubernetes"}, "no system directory"},
+		{[]string{"/etc/kubernetes/"}, "no system directory"},
+		{[]string{"/etc/kubernetes", "/etc/kubernetes"}, "overlap"},
+		{[]string{"/etc/kubernetes", "/etc/kubernetes/pki"}, "overlap"},
+		{[]string{"/srv/a-b", "/srv/a/b"}, "share"},
+	} {
+		err := checkPrivateDirs(c.dirs)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("checkPrivateDirs(%q) = %v, want %q", c.dirs, err, c.want)
+		}
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/critlet/critlet/internal/localnode/stateguard"
 )
 
 // fakeHost stands in for the host's cgroups and bridge (clearHost), which
@@ -28,10 +31,10 @@ func withFakeHost(t *testing.T) *fakeHost {
 
 func setOwner(t *testing.T, dir string) {
 	t.Helper()
-	if err := os.WriteFile(ownerFile, []byte(dir+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(hostFiles.OwnerFile, []byte(dir+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Remove(ownerFile) })
+	t.Cleanup(func() { os.Remove(hostFiles.OwnerFile) })
 }
 
 // The owner claim is compared by directory, not by spelling: a node
@@ -66,14 +69,14 @@ func TestOwnershipByIdentity(t *testing.T) {
 		if host.calls != 1 {
 			t.Errorf("owner recorded as %s, Down through %s: the host's node resources were not cleared", recorded, given)
 		}
-		if _, err := os.Stat(ownerFile); !os.IsNotExist(err) {
+		if _, err := os.Stat(hostFiles.OwnerFile); !os.IsNotExist(err) {
 			t.Errorf("owner recorded as %s, Down through %s: the claim was not released", recorded, given)
 		}
 	}
 
 	// Another directory is another owner.
 	a, b := t.TempDir(), t.TempDir()
-	if sameDir(a, b) || !sameDir(a, a+"/") {
+	if stateguard.SameDir(a, b) || !stateguard.SameDir(a, a+"/") {
 		t.Errorf("sameDir(%s, %s) or sameDir of one directory spelled twice is wrong", a, b)
 	}
 }
@@ -93,10 +96,10 @@ func TestFailedCleanupKeepsTheClaim(t *testing.T) {
 		!strings.Contains(err.Error(), "local-node down --state "+shellQuote(dir)+" again") {
 		t.Errorf("Down with a failed cleanup: %v, want the failure and the kept claim reported", err)
 	}
-	if owner := hostOwner(); owner != dir {
+	if owner := hostFiles.Owner(); owner != dir {
 		t.Fatalf("after a failed cleanup the claim names %q, want %q kept", owner, dir)
 	}
-	if _, err := os.Stat(filepath.Join(dir, manifestFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, stateguard.ManifestFile)); err != nil {
 		t.Errorf("after a failed cleanup the manifest is gone: %v", err)
 	}
 
@@ -107,7 +110,7 @@ func TestFailedCleanupKeepsTheClaim(t *testing.T) {
 	if host.calls != 2 {
 		t.Errorf("the retry did not clear the host's node resources (%d calls)", host.calls)
 	}
-	if owner := hostOwner(); owner != "" {
+	if owner := hostFiles.Owner(); owner != "" {
 		t.Errorf("after a successful retry the claim names %q, want it released", owner)
 	}
 
@@ -117,7 +120,7 @@ func TestFailedCleanupKeepsTheClaim(t *testing.T) {
 	if err := Down(Config{StateDir: dir}); err == nil || !strings.Contains(err.Error(), "left in place") {
 		t.Errorf("Down leaving a filled host directory: %v, want it reported", err)
 	}
-	if owner := hostOwner(); owner != "" {
+	if owner := hostFiles.Owner(); owner != "" {
 		t.Errorf("a host directory somebody else filled kept the claim (%q): nothing a retry could do", owner)
 	}
 }
@@ -157,5 +160,52 @@ func TestResetKubeletKeepsHostMounts(t *testing.T) {
 	}
 	if _, err := os.Stat(n.l.mount("var-log")); err != nil {
 		t.Errorf("the node's /var/log itself went: %v", err)
+	}
+}
+
+// Down removes what the manifest lists and keeps the rest of the state
+// directory: the logs, the marker, and what the node did not create.
+func TestDownRemovesOnlyRecordedEntries(t *testing.T) {
+	dir := t.TempDir()
+	n := &Node{cfg: Config{StateDir: dir}, l: layout{dir}}
+	// "images" was there before the node claimed the directory.
+	for _, d := range []string{"logs", "images"} {
+		if err := os.MkdirAll(n.l.path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(n.l.path(stateguard.MarkerFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Records the entries a node creates, "images" aside.
+	if err := stateguard.Claim(n.l.root); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"run", "pki", "images/pause.tar"} {
+		if err := os.MkdirAll(n.l.path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A symlink the node did not make, pointing out of the directory.
+	outside := t.TempDir()
+	if err := os.Symlink(outside, n.l.path("kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "keep"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Down(Config{StateDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{stateguard.MarkerFile, "images", "logs"}; !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Errorf("a file behind a symlink was removed: %v", err)
 	}
 }

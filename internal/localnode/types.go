@@ -9,12 +9,15 @@ package localnode
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
+
+	"github.com/critlet/critlet/internal/localnode/stateguard"
 )
 
 // Ports are the loopback ports the node listens on. They avoid the stock
@@ -34,7 +37,7 @@ var DefaultPorts = Ports{EtcdClient: 12379, EtcdPeer: 12380, APIServer: 16443, K
 type Config struct {
 	// StateDir holds everything the node writes. It must be absolute, and
 	// only root may change it or a directory or symlink on its path
-	// (safepath.go).
+	// (stateguard.Trust).
 	StateDir string
 	// BinDir holds etcd, kube-apiserver and pause.
 	BinDir string
@@ -142,6 +145,49 @@ func (l layout) devicePluginDir() string {
 	return filepath.Join(l.kubeletRootMount(), "device-plugins")
 }
 
+// The node's code names its files by absolute path under the state
+// directory; these open the directory (stateguard.Open), reach the entry
+// from it, never through a link, and close it again.
+
+// rel returns p relative to the state directory.
+func (l layout) rel(p string) (string, error) {
+	rel, err := filepath.Rel(l.root, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("%s is not in the state directory %s", p, l.root)
+	}
+	return rel, nil
+}
+
+// in runs fn on p's path relative to the state directory, opened.
+func (l layout) in(p string, fn func(d *stateguard.Dir, rel string) error) error {
+	rel, err := l.rel(p)
+	if err != nil {
+		return err
+	}
+	d, err := stateguard.Open(l.root)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return fn(d, rel)
+}
+
+// mkdirAll is os.MkdirAll below the state directory, through no link.
+func (l layout) mkdirAll(p string, perm os.FileMode) error {
+	return l.in(p, func(d *stateguard.Dir, rel string) error {
+		if rel == "." {
+			return nil
+		}
+		_, err := d.MkdirAll(rel, perm)
+		return err
+	})
+}
+
+// writeFile is os.WriteFile below the state directory, through no link.
+func (l layout) writeFile(p string, data []byte, perm os.FileMode) error {
+	return l.in(p, func(d *stateguard.Dir, rel string) error { return d.WriteFile(rel, data, perm) })
+}
+
 // ManifestDir is the kubelet's static pod directory.
 func (c Config) ManifestDir() string { return layout{c.StateDir}.manifestDir() }
 
@@ -205,7 +251,7 @@ func (c Config) withDefaults() (Config, error) {
 func checkPrivateDirs(dirs []string) error {
 	seen := map[string]string{}
 	for i, d := range dirs {
-		if !mayCoverOnHost(d) {
+		if !stateguard.MayCoverOnHost(d) {
 			return fmt.Errorf("private directory %q: want a clean absolute path that is no system directory", d)
 		}
 		for _, o := range dirs[:i] {

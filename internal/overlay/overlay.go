@@ -36,11 +36,18 @@ type Plan struct {
 	Generated map[string][]byte
 }
 
+// SourceRoot is where the repository keeps every file compiled under
+// upstream's import paths: SourceRoot/k8s.io/kubernetes/<Patch.Package>.
+// Nothing else lives there, and nothing compiled that way lives elsewhere.
+var SourceRoot = filepath.Join("overlay", filepath.FromSlash(patched.UpstreamModule))
+
 // Build plans the overlay for patches, read from upstreamDir (the copy of
-// the upstream module the build uses) and repoDir (this project's root,
-// which keeps each patch's files at the mirrored path). Generated files go
-// under genDir. Every error names the patch it comes from.
-func Build(upstreamDir, repoDir, genDir string, patches []patched.Patch) (*Plan, error) {
+// the upstream module the build uses) and srcDir (the repository's
+// SourceRoot, which keeps each patch's files at the upstream path).
+// Generated files go under genDir. Every error names the patch it comes
+// from; a package directory under srcDir that no patch declares is an
+// error too, so no file there is silently left out of the build.
+func Build(upstreamDir, srcDir, genDir string, patches []patched.Patch) (*Plan, error) {
 	if len(patches) == 0 {
 		return nil, errors.New("no patches declared")
 	}
@@ -51,8 +58,8 @@ func Build(upstreamDir, repoDir, genDir string, patches []patched.Patch) (*Plan,
 	if upstreamDir, err = filepath.Abs(upstreamDir); err != nil {
 		return nil, fmt.Errorf("resolving upstream directory: %w", err)
 	}
-	if repoDir, err = filepath.Abs(repoDir); err != nil {
-		return nil, fmt.Errorf("resolving repository directory: %w", err)
+	if srcDir, err = filepath.Abs(srcDir); err != nil {
+		return nil, fmt.Errorf("resolving the patches' source directory: %w", err)
 	}
 	if genDir, err = filepath.Abs(genDir); err != nil {
 		return nil, fmt.Errorf("resolving generation directory: %w", err)
@@ -62,8 +69,11 @@ func Build(upstreamDir, repoDir, genDir string, patches []patched.Patch) (*Plan,
 	for _, p := range patches {
 		byPackage[p.Package] = append(byPackage[p.Package], p)
 	}
+	if err := checkDeclared(srcDir, byPackage); err != nil {
+		return nil, err
+	}
 	for _, p := range patches {
-		if err := planPatch(plan, upstreamDir, repoDir, genDir, p, byPackage[p.Package]); err != nil {
+		if err := planPatch(plan, upstreamDir, srcDir, genDir, p, byPackage[p.Package]); err != nil {
 			return nil, fmt.Errorf("patch %s: %w", p.Name, err)
 		}
 	}
@@ -146,9 +156,9 @@ type hooksOf struct {
 
 // planPatch adds p to plan: its files and its registration; mates are the
 // patches of p's package, p included.
-func planPatch(plan *Plan, upstreamDir, repoDir, genDir string, p patched.Patch, mates []patched.Patch) error {
+func planPatch(plan *Plan, upstreamDir, srcDir, genDir string, p patched.Patch, mates []patched.Patch) error {
 	upPkg := filepath.Join(upstreamDir, filepath.FromSlash(p.Package))
-	repoPkg := filepath.Join(repoDir, filepath.FromSlash(p.Package))
+	repoPkg := filepath.Join(srcDir, filepath.FromSlash(p.Package))
 	var pkgName string
 	var err error
 	if p.Replaces {

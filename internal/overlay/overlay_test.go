@@ -55,7 +55,7 @@ func replacing(pkg string) patched.Patch {
 }
 
 func extending(pkg string, hooks ...patched.Hook) patched.Patch {
-	return patched.Patch{Name: "ext", Change: "c", Issues: []string{"i"}, Package: pkg, Setting: "s", Hooks: hooks,
+	return patched.Patch{Name: "ext", Change: "c", Issues: []string{"i"}, Package: pkg, Setting: "s", SettingHelp: "h", Hooks: hooks,
 		Proof: []patched.Reach{{From: "f", To: "t"}}}
 }
 
@@ -73,9 +73,9 @@ func TestBuild(t *testing.T) {
 		wantErr string
 	}{
 		{
-			name:     "replaces, adds and deletes; leaves tests, other files and subpackages alone",
+			name:     "replaces, adds and deletes; leaves tests, other files, subpackages and other packages alone",
 			upstream: []string{"p/a.go", "p/b.go", "p/a_test.go", "p/OWNERS", "p/sub/s.go", "q/q.go"},
-			repo:     []string{"p/a.go", "p/new.go", "p/new_test.go", "p/sub/victims/v.go", "q/q.go"},
+			repo:     []string{"p/a.go", "p/new.go", "p/new_test.go"},
 			patches:  []patched.Patch{replacing("p")},
 			want: map[string]string{
 				"p/a.go":                           "p/a.go",
@@ -102,7 +102,7 @@ func TestBuild(t *testing.T) {
 		{
 			name:     "extends: adds critlet files, hooks one file, leaves the rest",
 			upstream: []string{"p/k.go=" + hookedSrc, "p/other.go", "p/k_test.go"},
-			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_ext_retry_test.go=" + addedSrc, "p/sub/s.go"},
+			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_ext_retry_test.go=" + addedSrc},
 			patches:  []patched.Patch{extending("p", addHook)},
 			want: map[string]string{
 				"p/critlet_ext_retry.go":        "p/critlet_ext_retry.go",
@@ -209,9 +209,22 @@ func TestBuild(t *testing.T) {
 		{
 			name:     "declared package missing in the repository",
 			upstream: []string{"p/a.go"},
-			repo:     []string{"other/o.go"},
 			patches:  []patched.Patch{replacing("p")},
 			wantErr:  "replacement package",
+		},
+		{
+			name:     "a package under the root that no patch declares",
+			upstream: []string{"p/a.go", "q/q.go"},
+			repo:     []string{"p/a.go", "q/q.go"},
+			patches:  []patched.Patch{replacing("p")},
+			wantErr:  "no patch declares package q",
+		},
+		{
+			name:     "an ordinary package nested in a replaced one",
+			upstream: []string{"p/a.go"},
+			repo:     []string{"p/a.go", "p/victims/v.go"},
+			patches:  []patched.Patch{replacing("p")},
+			wantErr:  "no patch declares package p/victims",
 		},
 		{
 			name:     "upstream package has only tests",
@@ -221,9 +234,9 @@ func TestBuild(t *testing.T) {
 			wantErr:  "no non-test Go files",
 		},
 		{
-			name:     "replacement has files only in a subpackage",
+			name:     "replacement has only tests",
 			upstream: []string{"p/a.go"},
-			repo:     []string{"p/victims/v.go", "p/a_test.go"},
+			repo:     []string{"p/a_test.go"},
 			patches:  []patched.Patch{replacing("p")},
 			wantErr:  "no non-test Go files",
 		},
@@ -439,7 +452,7 @@ func TestRealOverlayTouchesOnlyDeclaredPackages(t *testing.T) {
 	if up == "" {
 		t.Fatal("k8s.io/kubernetes is not in the module cache; run 'go mod download'")
 	}
-	repo, err := filepath.Abs("../..")
+	repo, err := filepath.Abs(filepath.Join("../..", SourceRoot))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,6 +109,28 @@ func extendPackage(plan *Plan, upPkg, repoPkg string, p patched.Patch, mates []p
 	return packageName(filepath.Join(upPkg, stock[0]))
 }
 
+// checkDeclared fails on a directory under srcDir holding Go files that no
+// patch's Package names: the build would never compile them, and a reader
+// of the tree would take them for a patch.
+func checkDeclared(srcDir string, byPackage map[string][]patched.Patch) error {
+	return filepath.WalkDir(srcDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("reading the patches' source directory: %w", err)
+		}
+		if d.IsDir() || filepath.Ext(path) != ".go" {
+			return nil
+		}
+		rel, err := filepath.Rel(srcDir, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		if byPackage[filepath.ToSlash(rel)] == nil {
+			return fmt.Errorf("%s: no patch declares package %s; declare it in pkg/patched or move the file out of %s", path, filepath.ToSlash(rel), srcDir)
+		}
+		return nil
+	})
+}
+
 // testFiles lists the Go test files directly in dir.
 func testFiles(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)

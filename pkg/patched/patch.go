@@ -18,9 +18,14 @@ type Patch struct {
 	Change string
 	// Issues are the upstream issues the patch answers.
 	Issues []string
-	// Setting is the kubelet flag that turns the patch on; empty when the
-	// patch is always on because its defaults decide as the stock kubelet.
+	// Setting is the kubelet flag that turns the patch on (pkg/settings
+	// makes it an opt-in switch, off by default, with an environment
+	// variable of the same name); empty when the patch is always on because
+	// its defaults decide as the stock kubelet.
 	Setting string
+	// SettingHelp is the switch's --help text: what turning it on does, and
+	// that off is the stock kubelet's behaviour.
+	SettingHelp string
 	// Package is the upstream package the patch changes, relative to
 	// UpstreamModule and to this module's root (the project keeps its files
 	// at the mirrored path).
@@ -127,6 +132,9 @@ func Validate(patches []Patch) error {
 			}
 		}
 		pkgs[p.Package] = append(pkgs[p.Package], p)
+		if (p.Setting == "") != (p.SettingHelp == "") {
+			return fmt.Errorf("patch %q: a setting and its help go together", p.Name)
+		}
 		if p.Change == "" || len(p.Issues) == 0 {
 			return fmt.Errorf("patch %q: say what it changes and which upstream issues it answers", p.Name)
 		}

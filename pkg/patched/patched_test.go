@@ -17,7 +17,7 @@ func TestDeclarationIsValid(t *testing.T) {
 }
 
 func TestValidateRefuses(t *testing.T) {
-	ok := Patch{Name: "p", Change: "c", Issues: []string{"i"}, Package: "pkg/a", Setting: "s",
+	ok := Patch{Name: "p", Change: "c", Issues: []string{"i"}, Package: "pkg/a", Setting: "s", SettingHelp: "h",
 		Hooks: []Hook{{File: "pkg/a/a.go", Func: "f", Line: "g()", Call: "h()"}}, Proof: []Reach{{"x", "y"}}}
 	if err := Validate([]Patch{ok}); err != nil {
 		t.Fatalf("valid patch refused: %v", err)
@@ -53,6 +53,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"unclean package", with(func(p *Patch) { p.Package = "pkg/a/" }), "clean"},
 		{"escaping package", with(func(p *Patch) { p.Package = "../a" }), "clean"},
 		{"no issue", with(func(p *Patch) { p.Issues = nil }), "upstream issues"},
+		{"setting without help", with(func(p *Patch) { p.SettingHelp = "" }), "go together"},
+		{"help without setting", with(func(p *Patch) { p.Setting = "" }), "go together"},
 		{"replacement with hooks", with(func(p *Patch) { p.Replaces = true }), "nothing to hook"},
 		{"extension without hooks", with(func(p *Patch) { p.Hooks = nil }), "no hook calls them"},
 		{"hook outside the package", with(func(p *Patch) { p.Hooks[0].File = "pkg/b/b.go" }), "directly in pkg/a"},

@@ -3,10 +3,13 @@ package patched
 const critletModule = "github.com/critlet/critlet"
 
 // Patches is the one declaration of critlet's changes to upstream: the
-// overlay generator, the build checks, the kubelet's guard and its settings
-// line all read it.
-var Patches = []Patch{
-	{
+// overlay generator, the build checks, the kubelet's guard, its settings
+// and its settings line all read it. Each patch is also named below, for
+// the code that asks whether it is on.
+var Patches = []Patch{CriticalPodAdmission, StaticPodReadmission, PreemptionResume, OutageRecovery}
+
+var (
+	CriticalPodAdmission = Patch{
 		Name:   "critical-pod-admission",
 		Change: "critical pods' victims chosen by a pure, tested selection (optionally by priority) and terminated in parallel, failed kills optionally re-planned; the stock kubelet's choices by default",
 		Issues: []string{
@@ -17,10 +20,10 @@ var Patches = []Patch{
 		Replaces: true,
 		Proof: []Reach{{
 			From: UpstreamModule + "/pkg/kubelet/preemption.(*CriticalPodAdmissionHandler).HandleAdmissionFailure",
-			To:   critletModule + "/pkg/kubelet/preemption/victims.Select",
+			To:   critletModule + "/pkg/victims.Select",
 		}},
-	},
-	{
+	}
+	StaticPodReadmission = Patch{
 		Name:   "static-pod-readmission",
 		Change: "a static pod refused at admission is admitted again, through the same admit handlers, once room may have appeared",
 		Issues: []string{
@@ -28,8 +31,9 @@ var Patches = []Patch{
 			"https://github.com/kubernetes/kubernetes/issues/116484",
 			"https://github.com/kubernetes/kubernetes/issues/111174",
 		},
-		Setting: "critical-static-pod-readmission",
-		Package: "pkg/kubelet",
+		Setting:     "critical-static-pod-readmission",
+		SettingHelp: "Admit a static pod again, through the same admit handlers, once a pod active at its refusal has left or its backoff (2s doubling to 1m) has expired; off (default), a refused static pod stays Failed until the kubelet restarts, as with the stock kubelet.",
+		Package:     "pkg/kubelet",
 		Hooks: []Hook{
 			{
 				// Every refusal of a new pod passes here.
@@ -51,15 +55,15 @@ var Patches = []Patch{
 		Proof: []Reach{
 			{
 				From: UpstreamModule + "/pkg/kubelet.(*Kubelet).HandlePodAdditions",
-				To:   critletModule + "/pkg/kubelet/readmission.(*Queue).Refused",
+				To:   critletModule + "/pkg/readmission.(*Queue).Refused",
 			},
 			{
 				From: UpstreamModule + "/pkg/kubelet.(*Kubelet).syncLoopIteration",
-				To:   critletModule + "/pkg/kubelet/readmission.(*Queue).Due",
+				To:   critletModule + "/pkg/readmission.(*Queue).Due",
 			},
 		},
-	},
-	{
+	}
+	PreemptionResume = Patch{
 		Name:   "preemption-resume",
 		Change: "each critical-pod preemption's victims are recorded under the kubelet's root directory before the first is killed, and a kubelet restarted mid-preemption continues it: the same victims, their remaining grace period, no second Preempting event",
 		Issues: []string{
@@ -67,8 +71,9 @@ var Patches = []Patch{
 			"https://github.com/kubernetes/kubernetes/issues/125774",
 			"https://github.com/kubernetes/kubernetes/issues/78405",
 		},
-		Setting: "critical-preemption-resume",
-		Package: "pkg/kubelet",
+		Setting:     "critical-preemption-resume",
+		SettingHelp: "Record each preemption's victims in a checkpoint under the kubelet's root directory before the first is killed, so a kubelet restarted mid-preemption continues it: the same victims, their remaining grace period, no second Preempting event; off (default), it preempts anew, as the stock kubelet.",
+		Package:     "pkg/kubelet",
 		Hooks: []Hook{{
 			// The handler is built here, with upstream's fixed signature;
 			// only NewMainKubelet knows the root directory.
@@ -79,18 +84,19 @@ var Patches = []Patch{
 		}},
 		Proof: []Reach{{
 			From: UpstreamModule + "/pkg/kubelet.NewMainKubelet",
-			To:   critletModule + "/pkg/kubelet/preemption/checkpoint.Open",
+			To:   critletModule + "/pkg/checkpoint.Open",
 		}},
-	},
-	{
+	}
+	OutageRecovery = Patch{
 		Name:   "outage-recovery",
 		Change: "a terminating pod's kill that failed with the container runtime unreachable is retried as soon as the runtime answers, and a container the runtime lost while its pod was being terminated is not counted as a restart",
 		Issues: []string{
 			"https://github.com/kubernetes/kubernetes/issues/92906",
 			"https://github.com/kubernetes/kubernetes/issues/78405",
 		},
-		Setting: "critical-preemption-outage-recovery",
-		Package: "pkg/kubelet",
+		Setting:     "critical-preemption-outage-recovery",
+		SettingHelp: "Retry a pod's kill that failed because the container runtime was unreachable as soon as it answers (backoff 250ms doubling to the pod workers' 10s), with the grace it has left, rather than after the pod workers' 10s with a new grace, let admission wait on for such a victim, and never count a container the runtime lost while its pod was being terminated as a restart; off (default), as the stock kubelet.",
+		Package:     "pkg/kubelet",
 		Hooks: []Hook{
 			{
 				// After upstream queued the failed sync for its backoff.
@@ -111,15 +117,15 @@ var Patches = []Patch{
 		Proof: []Reach{
 			{
 				From: UpstreamModule + "/pkg/kubelet.(*podWorkers).completeWork",
-				To:   critletModule + "/pkg/kubelet/killretry.(*Tracker).Failed",
+				To:   critletModule + "/pkg/killretry.(*Tracker).Failed",
 			},
 			{
 				From: UpstreamModule + "/pkg/kubelet.(*Kubelet).convertToAPIContainerStatuses",
 				To:   UpstreamModule + "/pkg/kubelet.(*Kubelet).critletRestartsNotCounted",
 			},
 		},
-	},
-}
+	}
+)
 
 // Named returns the declared patch called name.
 func Named(name string) (Patch, bool) {

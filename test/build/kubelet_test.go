@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 
-	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/settings"
 	"github.com/critlet/critlet/pkg/patched"
 )
 
@@ -128,9 +128,9 @@ func TestHelpListsUpstreamFlags(t *testing.T) {
 		}
 	}
 
-	defaults := options.Defaults()
+	defaults := settings.Defaults()
 	ours := map[string]bool{}
-	options.FlagSet(&defaults).VisitAll(func(f *pflag.Flag) { ours[f.Name] = true })
+	settings.FlagSet(&defaults).VisitAll(func(f *pflag.Flag) { ours[f.Name] = true })
 
 	for _, f := range names(want) {
 		switch g, ok := got[f]; {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/critlet/critlet/internal/localnode"
 	"github.com/critlet/critlet/internal/localnode/oci"
+	"github.com/critlet/critlet/internal/localnode/stateguard"
 )
 
 // cgroupV2 is whether this machine mounts the unified hierarchy.
@@ -160,7 +161,7 @@ func (k installed) kubeadmPath() string {
 // plane's images imported, and the kubelet's unit supervised (it fails
 // until kubeadm writes its configuration, as on a fresh node). Its files
 // are in state, the suite's checked state directory.
-func upNode(t *testing.T, ctx context.Context, state *localnode.TrustedDir, k installed, version string) *kubeadmNode {
+func upNode(t *testing.T, ctx context.Context, state *stateguard.Dir, k installed, version string) *kubeadmNode {
 	t.Helper()
 	dir, err := state.Fresh(k.name, 0o755)
 	if err != nil {

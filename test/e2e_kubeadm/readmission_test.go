@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/critlet/critlet/internal/localnode"
-	"github.com/critlet/critlet/pkg/kubelet/readmission"
+	"github.com/critlet/critlet/pkg/readmission"
 )
 
 // healBound is how soon, with re-admission on, a refused static pod must
@@ -41,10 +41,10 @@ func (kn *kubeadmNode) enableReadmission() {
 		if err != nil || int64(len(b)) < since {
 			return false, nil
 		}
-		return strings.Contains(string(b[since:]), "staticPodReadmission=true"), nil
+		return strings.Contains(string(b[since:]), "--critical-static-pod-readmission=true"), nil
 	})
 	if err != nil {
-		kn.t.Fatalf("the restarted kubelet did not log staticPodReadmission=true within 1m (log %s)", kn.svc.logPath)
+		kn.t.Fatalf("the restarted kubelet did not log --critical-static-pod-readmission=true within 1m (log %s)", kn.svc.logPath)
 	}
 	kn.waitReady(time.Minute)
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/critlet/critlet/internal/localnode"
+	"github.com/critlet/critlet/internal/localnode/stateguard"
 )
 
 // installRoots are the kubelets' install roots in the state directory, by
@@ -23,8 +23,8 @@ var installRoots = map[string]string{"critlet": "root-critlet", "stock": "root-s
 // its own to: root's alone, from / down. What the suite makes directly in
 // it is made through the open directory, never through a link; below what
 // it made so, only root can change anything. The caller closes it.
-func prepareState(dir string) (*localnode.TrustedDir, map[string]string, error) {
-	state, err := localnode.CreateTrustedDir(dir)
+func prepareState(dir string) (*stateguard.Dir, map[string]string, error) {
+	state, err := stateguard.Create(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-state: %w", err)
 	}
@@ -40,7 +40,7 @@ func prepareState(dir string) (*localnode.TrustedDir, map[string]string, error) 
 
 // writeReport writes the notes to report.md in the state directory, never
 // through a link.
-func writeReport(state *localnode.TrustedDir, rows []string) error {
+func writeReport(state *stateguard.Dir, rows []string) error {
 	if err := state.WriteFile("report.md", []byte("# kubeadm\n\n- "+strings.Join(rows, "\n- ")+"\n"), 0o644); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}

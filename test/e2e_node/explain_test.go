@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/critlet/critlet/internal/explain"
-	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/settings"
 )
 
 // explainSeeds is how many random nodes each kubelet is checked on: ten
@@ -38,11 +38,11 @@ var explainSeeds = flag.Int("explain-seeds", 10, "random nodes scenario 11 check
 // and sizes drawn from the seed), for stock's and critlet's default
 // (upstream) choice and for critlet's priority policy.
 func TestExplainAgreesWithKubelet(t *testing.T) {
-	priority := critletKubelet.with([]string{"--" + options.FlagPolicy + "=priority"}, nil)
+	priority := critletKubelet.with([]string{"--" + settings.FlagPolicy + "=priority"}, nil)
 	opts := scenarioOptions{critletVariants: []kubeletUnderTest{priority}, timeout: 15 * time.Minute}
 	runScenario(t, "11 critlet-explain agrees with the kubelet", opts, func(e *env) {
 		policy := "upstream"
-		if slices.Contains(e.kubelet.flags, "--"+options.FlagPolicy+"=priority") {
+		if slices.Contains(e.kubelet.flags, "--"+settings.FlagPolicy+"=priority") {
 			policy = "priority"
 		}
 		for _, c := range randomClasses {

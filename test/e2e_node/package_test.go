@@ -28,7 +28,7 @@ func TestInstalledFromPackage(t *testing.T) {
 	k, argv := packagedKubelet(t)
 	runScenario(t, "12 installed from the .deb", scenarioOptions{critletOnly: []kubeletUnderTest{k}}, func(e *env) {
 		e.note("systemd would run %s", strings.Join(argv, " "))
-		e.expectSettingsLogged(`policy="priority"`, "parallelism=3")
+		e.expectSettingsLogged("--critical-preemption-policy=priority", "--critical-preemption-parallelism=3")
 		e.priorityPolicy(true)
 	})
 }

@@ -422,7 +422,7 @@ func (e *env) priorityPolicy(byPriority bool) {
 	e.expectPhase(crit, v1.PodRunning)
 	if !e.kubelet.stock() {
 		e.expectPreemptorEvent(crit, "PreemptedForAdmission")
-		e.expectSettingsLogged(`policy="` + policy + `"`)
+		e.expectSettingsLogged("--critical-preemption-policy=" + policy)
 	}
 }
 

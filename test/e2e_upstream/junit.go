@@ -4,6 +4,9 @@ import (
 	"encoding/xml"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,4 +66,45 @@ func readJUnit(path string) (map[string]Result, error) {
 		return nil, fmt.Errorf("%s holds no test that ran: the focus selected nothing", path)
 	}
 	return results, nil
+}
+
+// loadJUnits reads the JUnit reports runs and rechecks left in dir, as
+// runSuite names them (<kubelet>-<label>.xml), instead of running the suite.
+func loadJUnits(dir string, kubelets []kubelet, runs, rechecks int) (map[string]Runs, *Recheck, []string, error) {
+	read := func(label string, into map[string]Runs) error {
+		for _, k := range kubelets {
+			path := filepath.Join(dir, k.name+"-"+label+".xml")
+			results, err := readJUnit(path)
+			if err != nil {
+				return err
+			}
+			into[k.name] = append(into[k.name], results)
+		}
+		return nil
+	}
+	res := map[string]Runs{}
+	for i := 1; i <= runs; i++ {
+		if err := read(strconv.Itoa(i), res); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	notes := []string{fmt.Sprintf("Rendered from the JUnit reports in %s (%d run(s) per kubelet).", dir, runs)}
+	for _, k := range kubelets {
+		out, err := exec.Command(k.binary, "--version").Output()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s --version: %w", k.binary, err)
+		}
+		notes = append(notes, fmt.Sprintf("%s: %s (%s now; the reports do not say which build ran)", k.name, k.binary, strings.TrimSpace(string(out))))
+	}
+	if _, err := os.Stat(filepath.Join(dir, kubelets[0].name+"-recheck-1.xml")); err != nil || rechecks == 0 {
+		return res, nil, notes, nil
+	}
+	again := map[string]Runs{}
+	for i := 1; i <= rechecks; i++ {
+		if err := read(fmt.Sprintf("recheck-%d", i), again); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	names := kubeletNames(kubelets)
+	return res, recheck(compare(names, res), again), notes, nil
 }

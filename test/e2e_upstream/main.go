@@ -12,21 +12,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/critlet/critlet/internal/hoststate"
-	"github.com/critlet/critlet/internal/localnode"
 )
 
 // focusSets are the selections the runner knows, by name.
@@ -163,107 +156,7 @@ func run(ctx context.Context, args []string) int {
 	return 0
 }
 
-// verdict lists what makes the run a failure: any difference between the
-// kubelets (with a recheck, any that reproduced), and for an all-pass focus
-// any test that did not pass.
-func verdict(focus focusSet, cmp Comparison, res map[string]Runs, rc *Recheck) []string {
-	var problems []string
-	differences := cmp.Differences
-	if rc != nil {
-		differences = rc.Reproduced
-	}
-	for _, t := range differences {
-		problems = append(problems, "kubelets differ on "+t)
-	}
-	if !focus.allPass {
-		var unexplained []string
-		for t, c := range machineFailures(cmp, res) {
-			if c == "" {
-				unexplained = append(unexplained, t)
-			}
-		}
-		sort.Strings(unexplained)
-		for _, t := range unexplained {
-			problems = append(problems, "no kubelet passes, and no cause on this machine explains it (add one to causes.go once found): "+t)
-		}
-	}
-	// A run that selected nothing would otherwise pass by comparing nothing.
-	for _, k := range cmp.Kubelets {
-		if len(res[k]) == 0 {
-			problems = append(problems, k+": no run")
-		}
-		for i, run := range res[k] {
-			if len(run) == 0 {
-				problems = append(problems, fmt.Sprintf("%s run %d: no test ran", k, i+1))
-			}
-		}
-	}
-	if focus.allPass {
-		for _, k := range cmp.Kubelets {
-			for i, run := range res[k] {
-				for t, r := range run {
-					if r.Outcome != Passed {
-						problems = append(problems, fmt.Sprintf("%s run %d: %s %s: %s", k, i+1, t, r.Outcome, firstLine(r.Reason)))
-					}
-				}
-			}
-		}
-	}
-	return problems
-}
-
-// loadJUnits reads the JUnit reports runs and rechecks left in dir, as
-// runKubelets names them, instead of running the suite.
-func loadJUnits(dir string, kubelets []kubelet, runs, rechecks int) (map[string]Runs, *Recheck, []string, error) {
-	read := func(label string, into map[string]Runs) error {
-		for _, k := range kubelets {
-			path := filepath.Join(dir, k.name+"-"+label+".xml")
-			results, err := readJUnit(path)
-			if err != nil {
-				return err
-			}
-			into[k.name] = append(into[k.name], results)
-		}
-		return nil
-	}
-	res := map[string]Runs{}
-	for i := 1; i <= runs; i++ {
-		if err := read(strconv.Itoa(i), res); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	notes := []string{fmt.Sprintf("Rendered from the JUnit reports in %s (%d run(s) per kubelet).", dir, runs)}
-	for _, k := range kubelets {
-		out, err := exec.Command(k.binary, "--version").Output()
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%s --version: %w", k.binary, err)
-		}
-		notes = append(notes, fmt.Sprintf("%s: %s (%s now; the reports do not say which build ran)", k.name, k.binary, strings.TrimSpace(string(out))))
-	}
-	if _, err := os.Stat(filepath.Join(dir, kubelets[0].name+"-recheck-1.xml")); err != nil || rechecks == 0 {
-		return res, nil, notes, nil
-	}
-	again := map[string]Runs{}
-	for i := 1; i <= rechecks; i++ {
-		if err := read(fmt.Sprintf("recheck-%d", i), again); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	names := kubeletNames(kubelets)
-	return res, recheck(compare(names, res), again), notes, nil
-}
-
-type kubelet struct{ name, binary string }
-
-// kubeletNames are the kubelets' names, in order: the report's columns.
-func kubeletNames(kubelets []kubelet) []string {
-	names := make([]string, len(kubelets))
-	for i, k := range kubelets {
-		names[i] = k.name
-	}
-	return names
-}
-
+// parseKubelets reads -kubelets: name=binary pairs, each binary present.
 func parseKubelets(s string) ([]kubelet, error) {
 	var out []kubelet
 	seen := map[string]bool{}
@@ -288,19 +181,6 @@ func parseKubelets(s string) ([]kubelet, error) {
 	return out, nil
 }
 
-type runner struct {
-	state, suite, ginkgo, bin, agnhost string
-	// junitDir receives ginkgo's JUnit report of each run.
-	junitDir string
-	// progress receives the results so far after each run.
-	progress func(map[string]Runs, []string)
-	focus    focusSet
-	// selected are the tests the focus selects, from a dry run.
-	selected []string
-	// only, when set, restricts the runs to these of the selected tests.
-	only []string
-}
-
 // readTestList reads test names, one per line; blank lines and lines
 // starting with # are left out.
 func readTestList(path string) ([]string, error) {
@@ -318,150 +198,4 @@ func readTestList(path string) ([]string, error) {
 		return nil, fmt.Errorf("%s names no test", path)
 	}
 	return names, nil
-}
-
-// runAll brings up the node, runs the suite runs times on each kubelet,
-// alternating, rechecks the differences, and takes the node down. The host
-// must be as it was.
-func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[string]Runs, *Recheck, []string, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil, nil, errors.New("needs root: the suite's kubelet runs pods in containerd")
-	}
-	tools := []string{r.suite, r.agnhost}
-	if r.focus.procs > 1 {
-		tools = append(tools, r.ginkgo)
-	}
-	for _, f := range tools {
-		if _, err := os.Stat(f); err != nil {
-			return nil, nil, nil, fmt.Errorf("%w (make test-e2e-upstream builds it)", err)
-		}
-	}
-	// Each run's directory and JUnit report are the report's evidence: none
-	// from earlier runs.
-	for _, d := range []string{filepath.Join(r.state, "runs"), r.junitDir} {
-		if err := os.RemoveAll(d); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	var err error
-	if r.selected, err = r.listSelected(ctx); err != nil {
-		return nil, nil, nil, err
-	}
-	if r.only != nil {
-		selected := map[string]bool{}
-		for _, t := range r.selected {
-			selected[t] = true
-		}
-		for _, t := range r.only {
-			if !selected[t] {
-				return nil, nil, nil, fmt.Errorf("-tests: %q is not a test of focus %q", t, r.focus.focus)
-			}
-		}
-		r.selected = r.only
-	}
-	before, err := hoststate.CaptureNode(localnode.CgroupRoot, r.state)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("recording the host: %w", err)
-	}
-	cfg := localnode.Config{
-		StateDir:    filepath.Join(r.state, "node"),
-		BinDir:      r.bin,
-		NodeName:    nodeName,
-		RuntimeOnly: true,
-		// The suite's kube-apiserver writes its serving certificate to its
-		// default directory, /var/run/kubernetes (/var/run links to /run),
-		// and the suite has no flag to move it.
-		PrivateDirs: []string{"/run/kubernetes"},
-	}
-	// With systemd-run on PATH the suite would run its kubelet as a
-	// transient systemd unit; systemd is not this machine's init.
-	if p, err := exec.LookPath("systemd-run"); err == nil {
-		cfg.HiddenCommands = append(cfg.HiddenCommands, p)
-	}
-	start := time.Now()
-	res, rc, notes, runErr := r.onNode(ctx, cfg, kubelets, runs)
-	downErr := localnode.Down(cfg)
-	after, err := hoststate.CaptureNode(localnode.CgroupRoot, r.state)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("recording the host afterwards: %w", err)
-	}
-	if runErr != nil || downErr != nil {
-		return nil, nil, nil, errors.Join(runErr, downErr)
-	}
-	if diff := hoststate.Diff(before, after); len(diff) > 0 {
-		return nil, nil, nil, fmt.Errorf("the host changed during the run:\n  %s", strings.Join(diff, "\n  "))
-	}
-	notes = append(notes, fmt.Sprintf("%d run(s) per kubelet in %s; the host's sysctls, mounts, cgroups, network devices, iptables rules, the files under the paths a node touches and the entries of / were the same before and after.", runs, time.Since(start).Round(time.Second)))
-	return res, rc, notes, nil
-}
-
-const nodeName = "critlet-e2e-node"
-
-func (r *runner) onNode(ctx context.Context, cfg localnode.Config, kubelets []kubelet, runs int) (map[string]Runs, *Recheck, []string, error) {
-	n, err := localnode.UpRuntime(ctx, cfg)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	imgs, err := suiteImages(imageSources{Pause: filepath.Join(r.bin, "pause"), Agnhost: r.agnhost, Busybox: "/bin/busybox"})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if err := n.ImportImages(ctx, imgs...); err != nil {
-		return nil, nil, nil, err
-	}
-	notes := []string{fmt.Sprintf("%d tests selected.", len(r.selected))}
-	for _, k := range kubelets {
-		out, err := exec.CommandContext(ctx, k.binary, "--version").Output()
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%s --version: %w", k.binary, err)
-		}
-		notes = append(notes, fmt.Sprintf("%s: %s (%s)", k.name, k.binary, strings.TrimSpace(string(out))))
-	}
-	notes = append(notes,
-		fmt.Sprintf("Images built here and imported: %s (the project's pause), %s (agnhost from the pinned module on Debian's busybox), %s (Debian's busybox). Any other image the suite names cannot be pulled: there is no registry.", pauseImage, agnhostImage, busyboxImage),
-		"The suite: "+r.suite+", focus `"+r.focus.focus+"`, image pre-pulling off, the kubelets with default settings.",
-	)
-	focus := r.focus.focus
-	if r.only != nil {
-		focus = testsFocus(r.only)
-	}
-	res := map[string]Runs{}
-	for i := 1; i <= runs; i++ {
-		if err := r.runKubelets(ctx, n, kubelets, pass{label: strconv.Itoa(i), focus: focus, tests: r.selected}, res, notes); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	names := kubeletNames(kubelets)
-	diffs := rechecked(compare(names, res))
-	if r.focus.recheck == 0 || len(diffs) == 0 {
-		return res, nil, notes, nil
-	}
-	again := map[string]Runs{}
-	for i := 1; i <= r.focus.recheck; i++ {
-		if err := r.runKubelets(ctx, n, kubelets, pass{label: fmt.Sprintf("recheck-%d", i), focus: testsFocus(diffs), tests: diffs}, again, nil); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	return res, recheck(compare(names, res), again), notes, nil
-}
-
-// runKubelets runs pass once on each kubelet, adding the results to res,
-// and clears the node after each.
-func (r *runner) runKubelets(ctx context.Context, n *localnode.Node, kubelets []kubelet, p pass, res map[string]Runs, notes []string) error {
-	for _, k := range kubelets {
-		started := time.Now()
-		results, err := r.runSuite(ctx, n, k, p)
-		if err != nil {
-			return fmt.Errorf("%s run %s: %w", k.name, p.label, err)
-		}
-		fmt.Fprintf(os.Stderr, "e2e-upstream: %s run %s: %d tests in %s\n", k.name, p.label, len(p.tests), time.Since(started).Round(time.Second))
-		res[k.name] = append(res[k.name], results)
-		if r.progress != nil && notes != nil {
-			r.progress(res, notes)
-		}
-		if err := n.ResetKubelet(ctx); err != nil {
-			return fmt.Errorf("clearing the node after %s run %s: %w", k.name, p.label, err)
-		}
-	}
-	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/critlet/critlet/pkg/kubelet/preemption/options"
+	"github.com/critlet/critlet/pkg/settings"
 	"github.com/critlet/critlet/test/systemdunit"
 )
 
@@ -118,20 +118,20 @@ func TestSettingsFileListsEveryVariable(t *testing.T) {
 	for _, p := range pairs {
 		env[p.Name] = p.Value
 	}
-	for _, flag := range options.Flags() {
-		if _, ok := env[options.EnvVar(flag)]; !ok {
-			t.Errorf("%s (for --%s) is not listed", options.EnvVar(flag), flag)
+	for _, flag := range settings.Flags() {
+		if _, ok := env[settings.EnvVar(flag)]; !ok {
+			t.Errorf("%s (for --%s) is not listed", settings.EnvVar(flag), flag)
 		}
 	}
-	if len(env) != len(options.Flags()) {
-		t.Errorf("the file lists %d variables, critlet has %d", len(env), len(options.Flags()))
+	if len(env) != len(settings.Flags()) {
+		t.Errorf("the file lists %d variables, critlet has %d", len(env), len(settings.Flags()))
 	}
-	got, _, err := options.FromArgs(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	got, _, err := settings.FromArgs(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
 		t.Fatalf("the listed values do not parse: %v", err)
 	}
-	if got != options.Defaults() {
-		t.Errorf("the listed values are %s, the defaults %s", got, options.Defaults())
+	if got != settings.Defaults() {
+		t.Errorf("the listed values are %s, the defaults %s", got, settings.Defaults())
 	}
 }
 

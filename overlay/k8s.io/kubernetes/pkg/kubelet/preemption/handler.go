@@ -1,0 +1,95 @@
+package preemption
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/kubelet/eviction"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
+
+	"github.com/critlet/critlet/pkg/critletmetrics"
+	"github.com/critlet/critlet/pkg/kubeletstate"
+	"github.com/critlet/critlet/pkg/patched"
+	"github.com/critlet/critlet/pkg/planning"
+	"github.com/critlet/critlet/pkg/settings"
+)
+
+// CriticalPodAdmissionHandler is a lifecycle.AdmissionFailureHandler. When a
+// critical pod fails admission only for lack of resources, it preempts pods
+// whose requests cover the shortfall and lets the critical pod in.
+type CriticalPodAdmissionHandler struct {
+	getPodsFunc eviction.ActivePodsFunc
+	killPodFunc eviction.KillPodFunc
+	recorder    record.EventRecorder
+	opts        settings.Settings
+}
+
+var _ lifecycle.AdmissionFailureHandler = &CriticalPodAdmissionHandler{}
+
+// NewCriticalPodAdmissionHandler returns a handler that lists candidate pods
+// with getPodsFunc, preempts them with killPodFunc and records events with
+// recorder, under the settings the kubelet main published in kubeletstate.
+func NewCriticalPodAdmissionHandler(getPodsFunc eviction.ActivePodsFunc, killPodFunc eviction.KillPodFunc, recorder record.EventRecorder) *CriticalPodAdmissionHandler {
+	opts := kubeletstate.Get().Settings
+	if err := opts.Validate(); err != nil {
+		// Settings are validated when parsed; this is a safety net only.
+		klog.Background().Error(err, "Invalid critical-pod admission settings, using the defaults")
+		opts = settings.Defaults()
+	}
+	critletmetrics.Register()
+	// The kubelet's one settings line: every patch built in, those on, and
+	// the settings as flags. NewMainKubelet builds this handler once, at
+	// start-up.
+	klog.Background().Info("critlet critical-pod admission handler installed",
+		"patches", strings.Join(patchNames(), ","), "on", strings.Join(opts.PatchesOn(), ","), "settings", opts.String())
+	return newHandler(getPodsFunc, killPodFunc, recorder, opts)
+}
+
+func patchNames() []string {
+	names := make([]string, len(patched.Patches))
+	for i, p := range patched.Patches {
+		names[i] = p.Name
+	}
+	return names
+}
+
+func newHandler(getPodsFunc eviction.ActivePodsFunc, killPodFunc eviction.KillPodFunc, recorder record.EventRecorder, opts settings.Settings) *CriticalPodAdmissionHandler {
+	return &CriticalPodAdmissionHandler{getPodsFunc: getPodsFunc, killPodFunc: killPodFunc, recorder: recorder, opts: opts}
+}
+
+// HandleAdmissionFailure is called with the reasons admitPod was refused.
+// For a critical pod refused only for insufficient resources it preempts
+// pods and returns no reasons, so the pod is admitted; otherwise it returns
+// the reasons that still stand.
+func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context, admitPod *v1.Pod, failureReasons []lifecycle.PredicateFailureReason, operation lifecycle.Operation) ([]lifecycle.PredicateFailureReason, error) {
+	if !kubetypes.IsCriticalPod(admitPod) {
+		return failureReasons, nil
+	}
+	start := time.Now()
+	// With this gate the scheduler owns preemption for in-place resizes; the
+	// kubelet defers the resize instead of preempting.
+	if operation == lifecycle.ResizeOperation && utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScalingSchedulerPreemption) {
+		return failureReasons, nil
+	}
+	reqs, other := planning.Shortfall(failureReasons)
+	if len(other) > 0 {
+		// Only resource shortfalls can be fixed by preemption; report the rest.
+		return other, nil
+	}
+	return nil, c.admit(ctx, start, admitPod, reqs)
+}
+
+// refuse records why admitPod cannot be admitted and returns the error the
+// kubelet puts in the pod's status, worded as the stock kubelet's.
+func (c *CriticalPodAdmissionHandler) refuse(admitPod *v1.Pod, err error) error {
+	c.recorder.Eventf(admitPod, v1.EventTypeWarning, reasonPreemptionImpossible,
+		"Preempting pods cannot make room (policy %s): %v", c.opts.Policy, err)
+	return planning.Refusal(err)
+}

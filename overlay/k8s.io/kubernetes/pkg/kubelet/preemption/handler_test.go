@@ -1,0 +1,330 @@
+package preemption
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/record"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+
+	"github.com/critlet/critlet/pkg/settings"
+)
+
+// A small cast of pods, named for what they are.
+func castPod(name string, cpu, mem string, guaranteed bool, priority *int32) *v1.Pod {
+	pod := &v1.Pod{}
+	pod.Name, pod.Namespace, pod.UID = name, "default", k8stypes.UID("uid-"+name)
+	c := v1.Container{Name: "main"}
+	if cpu != "" {
+		c.Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
+		if guaranteed {
+			c.Resources.Limits = c.Resources.Requests.DeepCopy()
+		}
+	}
+	pod.Spec.Containers = []v1.Container{c}
+	pod.Spec.Priority = priority
+	return pod
+}
+
+func ptr[T any](v T) *T { return &v }
+
+var (
+	bestEffortPod    = castPod("best-effort", "", "", false, nil)
+	smallBurstable   = castPod("small-burstable", "100m", "100Mi", false, nil)
+	largeBurstable   = castPod("large-burstable", "300m", "300Mi", false, nil)
+	smallGuaranteed  = castPod("small-guaranteed", "100m", "100Mi", true, nil)
+	largeGuaranteed  = castPod("large-guaranteed", "300m", "300Mi", true, nil)
+	clusterCritPod   = withNamespace(castPod("cluster-critical", "100m", "100Mi", false, ptr(clusterCrit)), "kube-system")
+	nodeCritPod      = withNamespace(castPod("node-critical", "100m", "100Mi", false, ptr(nodeCrit)), "kube-system")
+	nonCriticalAdmit = castPod("plain", "100m", "100Mi", true, nil)
+	mi               = int64(1 << 20)
+	otherFailure     = &lifecycle.PredicateFailureError{PredicateName: "NodeAffinity", PredicateDesc: "node(s) didn't match Pod's node affinity/selector"}
+	insufficientOf   = func(name v1.ResourceName, amount int64) lifecycle.PredicateFailureReason {
+		return &lifecycle.InsufficientResourceError{ResourceName: name, Requested: amount, Used: 0, Capacity: 0}
+	}
+)
+
+func withNamespace(p *v1.Pod, ns string) *v1.Pod { p.Namespace = ns; return p }
+
+func TestHandleAdmissionFailureScenarios(t *testing.T) {
+	tests := []struct {
+		name        string
+		admit       *v1.Pod
+		pods        []*v1.Pod
+		reasons     []lifecycle.PredicateFailureReason
+		op          lifecycle.Operation
+		resizeGate  bool
+		killFails   bool
+		wantErr     bool
+		wantKilled  []string
+		wantReasons []string
+	}{
+		{
+			name:  "a critical pod cannot preempt another critical pod of the same priority",
+			admit: clusterCritPod, pods: []*v1.Pod{clusterCritPod},
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1)},
+			wantErr: true,
+		},
+		{
+			name:  "a non-critical pod keeps its reasons and preempts nothing",
+			admit: nonCriticalAdmit, pods: []*v1.Pod{smallBurstable},
+			reasons:     []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, mi)},
+			wantReasons: []string{"Insufficient memory"},
+		},
+		{
+			name:  "a BestEffort pod frees no memory, so the need cannot be met",
+			admit: clusterCritPod, pods: []*v1.Pod{bestEffortPod},
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, mi)},
+			wantErr: true,
+		},
+		{
+			name:       "Guaranteed is preempted only for what Burstable and BestEffort cannot free",
+			admit:      clusterCritPod,
+			pods:       []*v1.Pod{clusterCritPod, bestEffortPod, smallBurstable, largeBurstable, smallGuaranteed, largeGuaranteed},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, 550*mi)},
+			wantKilled: []string{"large-burstable", "large-guaranteed"},
+		},
+		{
+			name:       "a failed kill is logged and the pod admitted all the same",
+			admit:      clusterCritPod,
+			pods:       []*v1.Pod{clusterCritPod, bestEffortPod, smallBurstable, largeBurstable, smallGuaranteed, largeGuaranteed},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, 550*mi)},
+			killFails:  true,
+			wantKilled: []string{"large-burstable", "large-guaranteed"},
+		},
+		{
+			name:  "a non-critical pod keeps every reason",
+			admit: nonCriticalAdmit, pods: []*v1.Pod{smallBurstable},
+			reasons:     []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, mi), otherFailure},
+			wantReasons: []string{"Insufficient memory", otherFailure.GetReason()},
+		},
+		{
+			name:  "a critical pod failing for other reasons gets only those back",
+			admit: clusterCritPod, pods: []*v1.Pod{clusterCritPod},
+			reasons:     []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1), otherFailure},
+			wantReasons: []string{otherFailure.GetReason()},
+		},
+		{
+			name:  "a resize is left to the scheduler when the gate is on",
+			admit: clusterCritPod, pods: []*v1.Pod{largeBurstable},
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, 100*mi)},
+			op:      lifecycle.ResizeOperation, resizeGate: true,
+			wantReasons: []string{"Insufficient memory"},
+		},
+		{
+			name:  "a resize preempts when the gate is off",
+			admit: clusterCritPod, pods: []*v1.Pod{largeBurstable},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceMemory, 100*mi)},
+			op:         lifecycle.ResizeOperation,
+			wantKilled: []string{"large-burstable"},
+		},
+		{
+			name:    "no requirements: nothing to do",
+			admit:   clusterCritPod,
+			reasons: nil,
+		},
+		{
+			name:    "no pods to preempt",
+			admit:   clusterCritPod,
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1)},
+			wantErr: true,
+		},
+		{
+			name:  "a pod that exactly covers the need",
+			admit: clusterCritPod, pods: []*v1.Pod{smallBurstable},
+			reasons: []lifecycle.PredicateFailureReason{
+				insufficientOf(v1.ResourceCPU, 100), insufficientOf(v1.ResourceMemory, 100*mi), insufficientOf(v1.ResourcePods, 1)},
+			wantKilled: []string{"small-burstable"},
+		},
+		{
+			name:  "a need larger than the pod",
+			admit: clusterCritPod, pods: []*v1.Pod{smallBurstable},
+			reasons: []lifecycle.PredicateFailureReason{
+				insufficientOf(v1.ResourceCPU, 200), insufficientOf(v1.ResourceMemory, 200*mi), insufficientOf(v1.ResourcePods, 2)},
+			wantErr: true,
+		},
+		{
+			name:  "BestEffort goes before Burstable",
+			admit: clusterCritPod, pods: []*v1.Pod{smallBurstable, bestEffortPod},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1)},
+			wantKilled: []string{"best-effort"},
+		},
+		{
+			name:  "Burstable goes before Guaranteed",
+			admit: clusterCritPod, pods: []*v1.Pod{smallBurstable, smallGuaranteed},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourcePods, 1)},
+			wantKilled: []string{"small-burstable"},
+		},
+		{
+			name:  "the smaller Burstable pod when it is enough",
+			admit: clusterCritPod, pods: []*v1.Pod{bestEffortPod, largeBurstable, smallBurstable},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 100), insufficientOf(v1.ResourceMemory, 100*mi)},
+			wantKilled: []string{"small-burstable"},
+		},
+		{
+			name:  "the larger Burstable pod when the smaller is not enough",
+			admit: clusterCritPod, pods: []*v1.Pod{bestEffortPod, smallBurstable, largeBurstable},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 150), insufficientOf(v1.ResourceMemory, 150*mi)},
+			wantKilled: []string{"large-burstable"},
+		},
+		{
+			name:  "several pods when one is not enough",
+			admit: clusterCritPod, pods: []*v1.Pod{bestEffortPod, smallBurstable, largeBurstable, smallGuaranteed, largeGuaranteed},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 350), insufficientOf(v1.ResourceMemory, 350*mi)},
+			wantKilled: []string{"large-burstable", "small-burstable"},
+		},
+		{
+			name:  "node-critical preempts cluster-critical",
+			admit: nodeCritPod, pods: []*v1.Pod{clusterCritPod},
+			reasons:    []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 100)},
+			wantKilled: []string{"cluster-critical"},
+		},
+		{
+			name:  "cluster-critical cannot preempt node-critical",
+			admit: clusterCritPod, pods: []*v1.Pod{nodeCritPod},
+			reasons: []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 100)},
+			wantErr: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.InPlacePodVerticalScalingSchedulerPreemption, tc.resizeGate)
+			var killed []string
+			rec := record.NewFakeRecorder(100)
+			h := newHandler(
+				func() []*v1.Pod { return tc.pods },
+				func(pod *v1.Pod, evicted bool, grace *int64, fn func(*v1.PodStatus)) error {
+					killed = append(killed, pod.Name)
+					if tc.killFails {
+						return errors.New("kill failed")
+					}
+					return nil
+				}, rec, settings.Upstream())
+			op := tc.op
+			if op == "" {
+				op = lifecycle.AddOperation
+			}
+			logs := &logCapture{}
+			before := preemptionsByLabel(t)
+			reasons, err := h.HandleAdmissionFailure(klog.NewContext(context.Background(), logs.logger()), tc.admit, tc.reasons, op)
+			preempted := grown(before, preemptionsByLabel(t))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error %v, want error: %v", err, tc.wantErr)
+			}
+			if err != nil && len(killed) > 0 {
+				t.Fatalf("refused admission but killed %v", killed)
+			}
+			if !equalStrings(killed, tc.wantKilled) {
+				t.Errorf("killed %v, want %v", killed, tc.wantKilled)
+			}
+			var got []string
+			for _, r := range reasons {
+				got = append(got, r.GetReason())
+			}
+			if !equalStrings(got, tc.wantReasons) {
+				t.Errorf("reasons %v, want %v", got, tc.wantReasons)
+			}
+			// The stock kubelet's lines and counter: a failed kill is logged
+			// as an error and not counted; each other victim is logged as
+			// evicted and counted under the first shortfall.
+			var failedLines, evictedLines int
+			for _, l := range logs.lines() {
+				switch {
+				case strings.HasPrefix(l, "error Failed to evict pod err=kill failed "):
+					failedLines++
+				case strings.HasPrefix(l, "info V0 Pod evicted successfully "):
+					evictedLines++
+				}
+			}
+			wantFailed, wantEvicted := 0, len(tc.wantKilled)
+			if tc.killFails {
+				wantFailed, wantEvicted = len(tc.wantKilled), 0
+			}
+			if failedLines != wantFailed || evictedLines != wantEvicted {
+				t.Errorf("%d \"Failed to evict pod\" and %d \"Pod evicted successfully\" lines, want %d and %d:\n%s",
+					failedLines, evictedLines, wantFailed, wantEvicted, strings.Join(logs.lines(), "\n"))
+			}
+			wantPreempted := map[string]float64{}
+			if wantEvicted > 0 {
+				wantPreempted[string(tc.reasons[0].(*lifecycle.InsufficientResourceError).ResourceName)] = float64(wantEvicted)
+			}
+			if !reflect.DeepEqual(preempted, wantPreempted) {
+				t.Errorf("kubelet_preemptions grew by %v, want %v", preempted, wantPreempted)
+			}
+			close(rec.Events)
+			var victimEvents, preemptorEvents int
+			for e := range rec.Events {
+				if strings.HasPrefix(e, "Warning Preempting ") {
+					victimEvents++
+				} else {
+					preemptorEvents++
+				}
+			}
+			if victimEvents != len(tc.wantKilled) {
+				t.Errorf("%d victim events, want one per victim (%d)", victimEvents, len(tc.wantKilled))
+			}
+			if reached := tc.wantKilled != nil || tc.wantErr; reached != (preemptorEvents == 1) || preemptorEvents > 1 {
+				t.Errorf("%d events on the critical pod; want one exactly when preemption was attempted", preemptorEvents)
+			}
+		})
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// The near-tie node on which a fused multiply-add changes victims (see the
+// victims package): the stock handler and critlet's both take pods 0, 2, 3
+// and 4, on every architecture CI runs this on.
+func TestNearTieNodeMatchesStock(t *testing.T) {
+	pods := []*v1.Pod{
+		castPod("pod-0", "250m", "320Mi", false, nil),
+		castPod("pod-1", "450m", "256Mi", false, nil),
+		castPod("pod-2", "300m", "384Mi", false, nil),
+		castPod("pod-3", "550m", "192Mi", false, nil),
+		castPod("pod-4", "250m", "384Mi", false, nil),
+		castPod("pod-5", "550m", "128Mi", true, nil),
+	}
+	reasons := []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 500), insufficientOf(v1.ResourceMemory, 1280*mi)}
+	want := run(t, stockHandler, clusterCritPod, pods, reasons, lifecycle.AddOperation, nil)
+	var names []string
+	for _, k := range want.kills {
+		names = append(names, strings.TrimPrefix(k.uid, "uid-"))
+	}
+	slices.Sort(names)
+	if got := strings.Join(names, ","); got != "pod-0,pod-2,pod-3,pod-4" {
+		t.Fatalf("stock handler killed %s, want pod-0,pod-2,pod-3,pod-4", got)
+	}
+	// Also with the kills of pod-2 and pod-4 failing: the stock kubelet
+	// logs them, counts only the others and admits all the same.
+	failing := func(p *v1.Pod) bool { return p.Name == "pod-2" || p.Name == "pod-4" }
+	wantFailing := run(t, stockHandler, clusterCritPod, pods, reasons, lifecycle.AddOperation, failing)
+	for _, o := range []settings.Settings{settings.Upstream(), settings.Defaults()} {
+		if err := compare(want, run(t, critletHandler(o), clusterCritPod, pods, reasons, lifecycle.AddOperation, nil), o.Parallelism == 1); err != nil {
+			t.Errorf("%v:\n%v", o, err)
+		}
+		if err := compare(wantFailing, run(t, critletHandler(o), clusterCritPod, pods, reasons, lifecycle.AddOperation, failing), o.Parallelism == 1); err != nil {
+			t.Errorf("%v, failing kills:\n%v", o, err)
+		}
+	}
+}
