@@ -1,0 +1,265 @@
+package devicedemand
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/critlet/critlet/pkg/victims"
+)
+
+const gpu, vf = "example.com/gpu", "example.com/vf"
+
+func TestNeed(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		containers []Container
+		want       map[string]int64
+	}{
+		{"nothing asked", []Container{{Name: "a", Kind: App}}, map[string]int64{}},
+		{"app containers add up", []Container{
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 2}},
+			{Name: "b", Kind: App, Devices: map[string]int64{gpu: 1, vf: 3}},
+		}, map[string]int64{gpu: 3, vf: 3}},
+		{"an init container's devices are reused", []Container{
+			{Name: "i", Kind: Init, Devices: map[string]int64{gpu: 2}},
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 3}},
+		}, map[string]int64{gpu: 3}},
+		{"reused once only: the second app container takes new ones", []Container{
+			{Name: "i", Kind: Init, Devices: map[string]int64{gpu: 2}},
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 2}},
+			{Name: "b", Kind: App, Devices: map[string]int64{gpu: 2}},
+		}, map[string]int64{gpu: 4}},
+		{"init containers reuse each other's", []Container{
+			{Name: "i1", Kind: Init, Devices: map[string]int64{gpu: 2}},
+			{Name: "i2", Kind: Init, Devices: map[string]int64{gpu: 3}},
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 1}},
+		}, map[string]int64{gpu: 3}},
+		{"a sidecar keeps what it drew from the pool", []Container{
+			{Name: "i", Kind: Init, Devices: map[string]int64{gpu: 2}},
+			{Name: "s", Kind: Sidecar, Devices: map[string]int64{gpu: 1}},
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 2}},
+		}, map[string]int64{gpu: 3}},
+		{"a sidecar's devices are not reused", []Container{
+			{Name: "s", Kind: Sidecar, Devices: map[string]int64{gpu: 2}},
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 2}},
+		}, map[string]int64{gpu: 4}},
+		{"held containers take nothing new but still feed the pool", []Container{
+			{Name: "i", Kind: Init, Devices: map[string]int64{gpu: 2}, Held: map[string]int64{gpu: 2}},
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 3}},
+		}, map[string]int64{gpu: 1}},
+		{"held for one resource, new for another", []Container{
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 1, vf: 2}, Held: map[string]int64{gpu: 1}},
+		}, map[string]int64{vf: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Need(tc.containers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Need = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNeedRefusesWhatTheDeviceManagerRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    Container
+		res  string
+	}{
+		{"unknown kind", Container{Name: "x", Kind: 9}, ""},
+		{"zero kind", Container{Name: "x"}, ""},
+		{"negative count", Container{Name: "x", Kind: App, Devices: map[string]int64{gpu: -1}}, gpu},
+		{"changed request", Container{Name: "x", Kind: App, Devices: map[string]int64{gpu: 2}, Held: map[string]int64{gpu: 1}}, gpu},
+		{"held, not asked", Container{Name: "x", Kind: App, Held: map[string]int64{vf: 1}}, vf},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Need([]Container{tc.c})
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("Need = %v, %v; want an *InputError", got, err)
+			}
+			if ie.Container != "x" || ie.Resource != tc.res {
+				t.Errorf("error names container %q resource %q, want %q %q (%v)", ie.Container, ie.Resource, "x", tc.res, err)
+			}
+		})
+	}
+}
+
+func TestShortfall(t *testing.T) {
+	need := map[string]int64{gpu: 3, vf: 2, "example.com/fpga": 1}
+	free := map[string]int64{gpu: 1, vf: 5, "example.com/other": 4}
+	want := []victims.Requirement{{Resource: "example.com/fpga", Quantity: 1}, {Resource: gpu, Quantity: 2}}
+	if got := Shortfall(need, free); !reflect.DeepEqual(got, want) {
+		t.Errorf("Shortfall = %v, want %v", got, want)
+	}
+	if got := Shortfall(map[string]int64{gpu: 1}, map[string]int64{gpu: -3}); !reflect.DeepEqual(got, []victims.Requirement{{Resource: gpu, Quantity: 1}}) {
+		t.Errorf("a negative free count must count as none: got %v", got)
+	}
+	if got := Shortfall(map[string]int64{gpu: 2}, map[string]int64{gpu: 2}); got != nil {
+		t.Errorf("met need: Shortfall = %v, want none", got)
+	}
+}
+
+func TestFrees(t *testing.T) {
+	if got := Frees([][]string{{"d1", "d2"}, {"d2", "d3"}, nil}); got != 3 {
+		t.Errorf("Frees = %d, want 3 distinct devices", got)
+	}
+	if got := Frees(nil); got != 0 {
+		t.Errorf("Frees(nil) = %d", got)
+	}
+}
+
+// TestNeedMatchesDeviceIDModel checks the counting against a model that
+// allocates device IDs step by step as the device manager's Allocate does
+// (a reuse pool per pod, pre-allocated containers skipped), on random pods:
+// once from scratch, and again with the containers before a failed one
+// already holding their devices.
+func TestNeedMatchesDeviceIDModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	resources := []string{gpu, vf}
+	for i := range 5000 {
+		pod := randomPod(rng, resources)
+		m := newIDModel()
+		m.allocate(pod)
+		got, err := Need(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameCounts(got, m.fresh) {
+			t.Fatalf("pod %d %s: Need = %v, model drew %v", i, describe(pod), got, m.fresh)
+		}
+
+		// An earlier attempt allocated the first k containers; the retry
+		// starts with a new pool, as after another pod's admission.
+		k := rng.IntN(len(pod) + 1)
+		retry := make([]Container, len(pod))
+		copy(retry, pod)
+		for j := range k {
+			retry[j].Held = map[string]int64{}
+			for r, ids := range m.held[j] {
+				retry[j].Held[r] = int64(len(ids))
+			}
+		}
+		again := newIDModel()
+		again.next = m.next
+		for j := range k {
+			again.held[j] = m.held[j]
+		}
+		again.allocate(retry)
+		got, err = Need(retry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameCounts(got, again.fresh) {
+			t.Fatalf("pod %d %s, first %d held: Need = %v, model drew %v", i, describe(retry), k, got, again.fresh)
+		}
+	}
+}
+
+func randomPod(rng *rand.Rand, resources []string) []Container {
+	var pod []Container
+	inits, apps := rng.IntN(4), 1+rng.IntN(3)
+	for i := range inits + apps {
+		c := Container{Name: fmt.Sprint("c", i), Kind: App}
+		if i < inits {
+			c.Kind = Init
+			if rng.IntN(3) == 0 {
+				c.Kind = Sidecar
+			}
+		}
+		c.Devices = map[string]int64{}
+		for _, r := range resources {
+			if rng.IntN(3) > 0 {
+				c.Devices[r] = int64(rng.IntN(4))
+			}
+		}
+		pod = append(pod, c)
+	}
+	return pod
+}
+
+// idModel allocates device IDs per container as the device manager does.
+type idModel struct {
+	next  int
+	pool  map[string]map[string]bool
+	held  map[int]map[string][]string
+	fresh map[string]int64
+}
+
+func newIDModel() *idModel {
+	return &idModel{pool: map[string]map[string]bool{}, held: map[int]map[string][]string{}, fresh: map[string]int64{}}
+}
+
+func (m *idModel) allocate(pod []Container) {
+	for j, c := range pod {
+		if m.held[j] == nil {
+			m.held[j] = map[string][]string{}
+			for r, want := range c.Devices {
+				var ids []string
+				for id := range m.pool[r] {
+					if int64(len(ids)) == want {
+						break
+					}
+					if !contains(ids, id) {
+						ids = append(ids, id)
+					}
+				}
+				for int64(len(ids)) < want {
+					m.next++
+					ids = append(ids, fmt.Sprint(r, "-", m.next))
+					m.fresh[r]++
+				}
+				m.held[j][r] = ids
+			}
+		}
+		for r, ids := range m.held[j] {
+			if m.pool[r] == nil {
+				m.pool[r] = map[string]bool{}
+			}
+			for _, id := range ids {
+				if c.Kind == Init {
+					m.pool[r][id] = true
+				} else {
+					delete(m.pool[r], id)
+				}
+			}
+		}
+	}
+}
+
+func contains(ids []string, id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func sameCounts(a, b map[string]int64) bool {
+	for r, n := range a {
+		if b[r] != n {
+			return false
+		}
+	}
+	for r, n := range b {
+		if a[r] != n {
+			return false
+		}
+	}
+	return true
+}
+
+func describe(pod []Container) string {
+	s := ""
+	for _, c := range pod {
+		s += fmt.Sprintf("[%s %s %v held %v]", c.Name, c.Kind, c.Devices, c.Held)
+	}
+	return s
+}
