@@ -99,10 +99,11 @@ test-vet: ## go vet, every build tag
 test-go: node-deps ## the unit tests (containerd is needed by one)
 	hack/go-test.sh unit -- -trimpath ./...
 
-# Upstream's pkg/kubelet compiled as the patched kubelet compiles it (the
-# overlay), its own unit tests and the patches' (overlay/k8s.io/kubernetes/pkg/kubelet/critlet_*_test.go),
-# with every setting off and then on: about 3 minutes after the kubelet build.
-test-patched-kubelet: ## upstream's pkg/kubelet tests and the patches' on the patched package, settings off and on
+# Upstream's pkg/kubelet and pkg/kubelet/cm compiled as the patched kubelet
+# compiles them (the overlay), their own unit tests and the patches'
+# (overlay/k8s.io/kubernetes/pkg/kubelet/**/critlet_*_test.go), with every
+# setting off and then on: about 3 minutes after the kubelet build.
+test-patched-kubelet: ## upstream's pkg/kubelet and pkg/kubelet/cm tests and the patches' on the patched packages, settings off and on
 	hack/test-patched-kubelet.sh
 
 # The race detector on the pure packages, and on the handler's concurrent

@@ -83,10 +83,11 @@ func Build(upstreamDir, srcDir, genDir string, patches []patched.Patch) (*Plan, 
 	return plan, nil
 }
 
-// planHooks adds the hooked copies of upstream files to plan. Patches of
-// one package may hook the same file: it is hooked once with all of their
-// hooks (a line hooked twice is an error), and each patch's hooks register
-// themselves from the file they are in.
+// planHooks adds the hooked copies of upstream files to plan. Patches may
+// hook the same file: it is hooked once with all of their hooks (a line
+// hooked twice is an error), and each patch's hooks register themselves
+// from the file they are in, through a registrar generated into the hooked
+// file's package when that is not the patch's own.
 func planHooks(plan *Plan, upstreamDir, genDir string, patches []patched.Patch) error {
 	byFile := map[string][]hooksOf{}
 	var files []string
@@ -130,6 +131,35 @@ func planHooks(plan *Plan, upstreamDir, genDir string, patches []patched.Patch) 
 		plan.Overlay.Replace[up] = gen
 		plan.Generated[gen] = out
 	}
+	for _, p := range patches {
+		for _, pkg := range p.HookedPackages() {
+			if err := planHookRegistrar(plan, upstreamDir, genDir, p, pkg); err != nil {
+				return fmt.Errorf("patch %s: %w", p.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// planHookRegistrar generates p's registrar into pkg, a package p hooks
+// but whose files are not p's.
+func planHookRegistrar(plan *Plan, upstreamDir, genDir string, p patched.Patch, pkg string) error {
+	upPkg := filepath.Join(upstreamDir, filepath.FromSlash(pkg))
+	stock, err := goFiles(upPkg)
+	if err != nil {
+		return fmt.Errorf("hooked package %s: %w", pkg, err)
+	}
+	name, err := packageName(filepath.Join(upPkg, stock[0]))
+	if err != nil {
+		return fmt.Errorf("hooked package %s: %w", pkg, err)
+	}
+	key := filepath.Join(upPkg, hookRegistrationFile(p))
+	if _, taken := plan.Overlay.Replace[key]; taken {
+		return fmt.Errorf("%s is planned twice; the build generates it", key)
+	}
+	gen := filepath.Join(genDir, filepath.FromSlash(pkg), hookRegistrationFile(p))
+	plan.Overlay.Replace[key] = gen
+	plan.Generated[gen] = hookRegistrationSource(name, p)
 	return nil
 }
 

@@ -130,6 +130,28 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name:     "hooks where upstream wires the patch: the hooked package gets the patch's registrar",
+			upstream: []string{"p/k.go=" + hookedSrc, "q/k.go=" + hookedSrc, "q/other.go"},
+			repo:     []string{"p/critlet_ext.go=" + addedSrc},
+			patches: []patched.Patch{extending("p", addHook,
+				patched.Hook{File: "q/k.go", Func: "other", Line: "reject()", Call: "x.CritletWrap()"})},
+			want: map[string]string{
+				"p/critlet_ext.go":                    "p/critlet_ext.go",
+				"p/k.go":                              "gen:",
+				"p/critlet_zz_generated_ext.go":       "gen:",
+				"q/k.go":                              "gen:",
+				"q/critlet_zz_generated_ext_hooks.go": "gen:",
+			},
+		},
+		{
+			name:     "a hook into a package that is not there",
+			upstream: []string{"p/k.go=" + hookedSrc},
+			repo:     []string{"p/critlet_ext.go=" + addedSrc},
+			patches: []patched.Patch{extending("p", addHook,
+				patched.Hook{File: "q/k.go", Func: "other", Line: "reject()", Call: "x.CritletWrap()"})},
+			wantErr: "patch ext: hooked file q/k.go",
+		},
+		{
 			name:     "a file no patch of the package owns",
 			upstream: []string{"p/k.go=" + hookedSrc},
 			repo:     []string{"p/critlet_ext_retry.go=" + addedSrc, "p/critlet_stray.go=" + addedSrc},
@@ -546,10 +568,31 @@ func checkTouchesExactly(t *testing.T, plan *Plan, up, repo string, patches []pa
 		}
 	}
 	registration := map[string]bool{}
+	// foreign[dir][base]: what a patch hooking dir but declared elsewhere
+	// may have there: its hooked files and its registrar.
+	foreign := map[string]map[string]bool{}
 	for _, p := range patches {
 		registration[registrationFile(p)] = true
+		for _, pkg := range p.HookedPackages() {
+			dir := filepath.Join(up, filepath.FromSlash(pkg))
+			if foreign[dir] == nil {
+				foreign[dir] = map[string]bool{}
+			}
+			foreign[dir][hookRegistrationFile(p)] = true
+			for _, h := range p.Hooks {
+				if filepath.Join(up, filepath.FromSlash(h.File)) == filepath.Join(dir, filepath.Base(h.File)) {
+					foreign[dir][filepath.Base(h.File)] = true
+				}
+			}
+		}
 	}
 	for k, v := range plan.Overlay.Replace {
+		if allowed := foreign[filepath.Dir(k)]; allowed[filepath.Base(k)] {
+			if plan.Generated[v] == nil {
+				t.Errorf("overlay maps %s, a hooked file or registrar, to %s, not a generated file", k, v)
+			}
+			continue
+		}
 		ps, ok := byDir[filepath.Dir(k)]
 		if !ok {
 			t.Errorf("overlay key %s is outside the declared packages", k)
@@ -644,5 +687,31 @@ func TestTwoPatchesHookOneFile(t *testing.T) {
 	more.Hooks[0].Line = "first()"
 	if _, err := Build(up, repo, t.TempDir(), []patched.Patch{ext, more}); err == nil || !strings.Contains(err.Error(), "patch more: ") || !strings.Contains(err.Error(), "hooked twice") {
 		t.Fatalf("the same line hooked by two patches: %v, want an error naming patch more", err)
+	}
+}
+
+// A hook outside the patch's package registers through a registrar
+// generated there, in that package's name; the patch's own registration
+// declares none when it hooks nothing at home.
+func TestHookInAnotherPackage(t *testing.T) {
+	up := tree(t, "p/k.go=package x\n\nfunc f() {}\n", "q/k.go=package kubelet\n\nfunc New() {\n\twire()\n}\n")
+	repo := tree(t, "p/critlet_ext.go="+addedSrc)
+	ext := extending("p", patched.Hook{File: "q/k.go", Func: "New", Line: "wire()", Call: "x.CritletWrap()"})
+	gen := t.TempDir()
+	plan, err := Build(up, repo, gen, []patched.Patch{ext})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	hooked := string(plan.Generated[filepath.Join(gen, "q", "k.go")])
+	if want := "package kubelet\n\nfunc New() {\n\twire(); x.CritletWrap()\n}\nfunc init() { critletHooked_ext(\"q/k.go:New\") }\n"; hooked != want {
+		t.Fatalf("hooked file:\n%s\nwant:\n%s", hooked, want)
+	}
+	reg := string(plan.Generated[filepath.Join(gen, "q", "critlet_zz_generated_ext_hooks.go")])
+	if !strings.Contains(reg, "package kubelet\n") || !strings.Contains(reg, "func critletHooked_ext(ids ...string)") || !strings.Contains(reg, `patched.RegisterHook("ext", id)`) {
+		t.Fatalf("registrar in q:\n%s", reg)
+	}
+	own := string(plan.Generated[filepath.Join(gen, "p", "critlet_zz_generated_ext.go")])
+	if strings.Contains(own, "critletHooked_ext") {
+		t.Fatalf("the patch's own registration declares a registrar it has no hooked file for:\n%s", own)
 	}
 }

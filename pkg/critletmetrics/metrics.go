@@ -88,6 +88,14 @@ var ReadmissionAttempts = metrics.NewCounterVec(&metrics.CounterOpts{
 	StabilityLevel: metrics.ALPHA,
 }, []string{"result"})
 
+// The critical-device-preemption patch's.
+var DevicePreemptions = metrics.NewCounterVec(&metrics.CounterOpts{
+	Subsystem:      subsystem,
+	Name:           "critical_device_preemptions_total",
+	Help:           "Critical pods refused for lack of device-plugin devices that critlet's critical-device-preemption took up, by result: admitted, no_victims (no set of pods frees enough), not_freed (the victims' devices were not freed in time) or refused (the allocation failed again, e.g. on topology).",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"result"})
+
 var registerOnce sync.Once
 
 // Register adds every metric above to the registry the kubelet serves on
@@ -95,6 +103,6 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(SelectionDuration, AdmissionDuration, VictimsPerAdmission, KillFailures, Replans,
-			ResumedPreemptions, OutageWaits, UnreachableKillRetries, ReadmissionAttempts)
+			ResumedPreemptions, OutageWaits, UnreachableKillRetries, ReadmissionAttempts, DevicePreemptions)
 	})
 }

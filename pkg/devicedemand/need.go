@@ -1,10 +1,6 @@
 package devicedemand
 
-import (
-	"sort"
-
-	"github.com/critlet/critlet/pkg/victims"
-)
+import "sort"
 
 // Need returns, per resource, how many devices not yet allocated to any pod
 // allocating every container in order takes. Only resources the pod takes
@@ -54,30 +50,56 @@ func Need(containers []Container) (map[string]int64, error) {
 	return need, nil
 }
 
-// Shortfall returns what the free devices leave of need, as requirements
-// for victim selection, in resource-name order so plans and messages are
-// stable. A resource with no entry in free has no free devices.
-// O(resources log resources).
-func Shortfall(need, free map[string]int64) []victims.Requirement {
-	var out []victims.Requirement
+// Shortage is a device-plugin resource a pod's admission lacks devices of,
+// in the terms of the kubelet's InsufficientResourceError, so it joins the
+// predicate's shortfall in one victim selection.
+type Shortage struct {
+	Resource string
+	// Requested is how many devices not yet allocated the pod takes (Need).
+	Requested int64
+	// Used is how many healthy devices active pods hold.
+	Used int64
+	// Capacity is how many healthy devices there are.
+	Capacity int64
+}
+
+// Missing is how many more devices must be freed: Requested less the free
+// ones, as InsufficientResourceError.GetInsufficientAmount counts.
+func (s Shortage) Missing() int64 { return s.Requested - (s.Capacity - s.Used) }
+
+// Shortages returns the resources of need that healthy devices not held
+// leave short, in resource-name order so plans and messages are stable.
+// healthy[r] lists the healthy device IDs of r, held[r] the IDs active pods
+// hold (repeats allowed: a device reused from an init container is listed
+// under both). A held device that is not healthy frees nothing when its
+// holder goes, so it counts in neither Used nor Capacity.
+// O(IDs + resources log resources).
+func Shortages(need map[string]int64, healthy, held map[string][]string) []Shortage {
+	var out []Shortage
 	for r, n := range need {
-		if short := n - max(free[r], 0); short > 0 {
-			out = append(out, victims.Requirement{Resource: r, Quantity: short})
+		if n <= 0 {
+			continue
+		}
+		heldSet := map[string]struct{}{}
+		for _, id := range held[r] {
+			heldSet[id] = struct{}{}
+		}
+		capacity := map[string]struct{}{}
+		var used int64
+		for _, id := range healthy[r] {
+			if _, dup := capacity[id]; dup {
+				continue
+			}
+			capacity[id] = struct{}{}
+			if _, ok := heldSet[id]; ok {
+				used++
+			}
+		}
+		s := Shortage{Resource: r, Requested: n, Used: used, Capacity: int64(len(capacity))}
+		if s.Missing() > 0 {
+			out = append(out, s)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Resource < out[j].Resource })
 	return out
-}
-
-// Frees returns how many devices preempting a pod frees: the distinct
-// device IDs its containers hold (a device reused from an init container
-// is listed under both). O(IDs).
-func Frees(perContainer [][]string) int64 {
-	seen := map[string]struct{}{}
-	for _, ids := range perContainer {
-		for _, id := range ids {
-			seen[id] = struct{}{}
-		}
-	}
-	return int64(len(seen))
 }

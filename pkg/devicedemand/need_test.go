@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
-
-	"github.com/critlet/critlet/pkg/victims"
 )
 
 const gpu, vf = "example.com/gpu", "example.com/vf"
@@ -91,27 +89,29 @@ func TestNeedRefusesWhatTheDeviceManagerRefuses(t *testing.T) {
 	}
 }
 
-func TestShortfall(t *testing.T) {
-	need := map[string]int64{gpu: 3, vf: 2, "example.com/fpga": 1}
-	free := map[string]int64{gpu: 1, vf: 5, "example.com/other": 4}
-	want := []victims.Requirement{{Resource: "example.com/fpga", Quantity: 1}, {Resource: gpu, Quantity: 2}}
-	if got := Shortfall(need, free); !reflect.DeepEqual(got, want) {
-		t.Errorf("Shortfall = %v, want %v", got, want)
+func TestShortages(t *testing.T) {
+	ids := func(s ...string) []string { return s }
+	need := map[string]int64{gpu: 3, vf: 2, "example.com/fpga": 1, "example.com/none": 0}
+	healthy := map[string][]string{gpu: ids("g0", "g1", "g2", "g3"), vf: ids("v0", "v1", "v2"), "example.com/other": ids("o0")}
+	// g1 is listed twice (an init container's device reused); g9 is held but
+	// unhealthy; v-devices are free enough.
+	held := map[string][]string{gpu: ids("g0", "g1", "g1", "g2", "g9"), vf: ids("v0")}
+	want := []Shortage{
+		{Resource: "example.com/fpga", Requested: 1, Used: 0, Capacity: 0},
+		{Resource: gpu, Requested: 3, Used: 3, Capacity: 4},
 	}
-	if got := Shortfall(map[string]int64{gpu: 1}, map[string]int64{gpu: -3}); !reflect.DeepEqual(got, []victims.Requirement{{Resource: gpu, Quantity: 1}}) {
-		t.Errorf("a negative free count must count as none: got %v", got)
+	got := Shortages(need, healthy, held)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Shortages = %+v, want %+v", got, want)
 	}
-	if got := Shortfall(map[string]int64{gpu: 2}, map[string]int64{gpu: 2}); got != nil {
-		t.Errorf("met need: Shortfall = %v, want none", got)
+	if got[1].Missing() != 2 || got[0].Missing() != 1 {
+		t.Errorf("Missing = %d, %d; want 1 (no fpga at all) and 2 (one gpu free, three asked)", got[0].Missing(), got[1].Missing())
 	}
-}
-
-func TestFrees(t *testing.T) {
-	if got := Frees([][]string{{"d1", "d2"}, {"d2", "d3"}, nil}); got != 3 {
-		t.Errorf("Frees = %d, want 3 distinct devices", got)
+	if got := Shortages(map[string]int64{gpu: 1}, map[string][]string{gpu: ids("g0", "g0")}, map[string][]string{gpu: ids("g0")}); len(got) != 1 || got[0].Capacity != 1 || got[0].Used != 1 {
+		t.Errorf("a healthy device listed twice counts once: %+v", got)
 	}
-	if got := Frees(nil); got != 0 {
-		t.Errorf("Frees(nil) = %d", got)
+	if got := Shortages(map[string]int64{gpu: 2}, healthy, map[string][]string{gpu: ids("g0", "g1")}); got != nil {
+		t.Errorf("met need: Shortages = %+v, want none", got)
 	}
 }
 

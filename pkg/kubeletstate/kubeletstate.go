@@ -1,7 +1,7 @@
 // Package kubeletstate holds what critlet's patches share within one
 // kubelet process, and nothing else.
 //
-// The patches sit in different upstream packages (pkg/kubelet,
+// The patches sit in different upstream packages (pkg/kubelet, pkg/kubelet/cm,
 // pkg/kubelet/preemption) that upstream's NewMainKubelet wires with fixed
 // signatures, so they cannot hand each other these as arguments. Each
 // value is published here by the one place that makes it and read by the

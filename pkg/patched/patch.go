@@ -3,6 +3,7 @@ package patched
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -102,11 +103,14 @@ func (p Patch) Owns(base string) bool {
 
 // Validate reports the first malformed declaration in patches: empty or
 // repeated names, unclean package paths, a package patched twice, hooks
-// outside the patch's package or with an empty line or call, a replacement
-// with hooks (it owns the whole package), a patch without proof. Several
-// patches may extend one package, each with its own files and hooked files;
-// a replaced package has one patch. Patches may hook the same file, never
-// the same line.
+// with an unclean path, in a replaced package, or with an empty line or
+// call, a replacement with hooks (it owns the whole package), a patch
+// without proof. Several patches may extend one package, each with its own
+// files and hooked files; a replaced package has one patch. Patches may
+// hook the same file, never the same line. A hook may sit in another
+// package than the patch's files when that is where upstream wires the
+// code the patch changes (the device patches' files are in pkg/kubelet/cm,
+// the handler chain they join is built in pkg/kubelet).
 func Validate(patches []Patch) error {
 	names := map[string]bool{}
 	pkgs := map[string][]Patch{}
@@ -146,8 +150,8 @@ func Validate(patches []Patch) error {
 		}
 		seen := map[string]bool{}
 		for _, h := range p.Hooks {
-			if err := checkRelPath(h.File); err != nil || path.Dir(h.File) != p.Package || path.Ext(h.File) != ".go" {
-				return fmt.Errorf("patch %q: hook file %q must be a Go file directly in %s", p.Name, h.File, p.Package)
+			if err := checkRelPath(h.File); err != nil || path.Dir(h.File) == "." || path.Ext(h.File) != ".go" {
+				return fmt.Errorf("patch %q: hook file %q must be a Go file of an upstream package, as a clean path", p.Name, h.File)
 			}
 			if h.Func == "" || strings.TrimSpace(h.Line) != h.Line || h.Line == "" || h.Call == "" || strings.Contains(h.Line+h.Call, "\n") {
 				return fmt.Errorf("patch %q: hook %s: needs a function, one unindented line and one call", p.Name, h.ID())
@@ -161,7 +165,34 @@ func Validate(patches []Patch) error {
 			return fmt.Errorf("patch %q declares no proof", p.Name)
 		}
 	}
+	// A replaced package has no upstream file left to hook.
+	for _, p := range patches {
+		for _, h := range p.Hooks {
+			for _, other := range pkgs[path.Dir(h.File)] {
+				if other.Replaces {
+					return fmt.Errorf("patch %q: hook file %s is in %s, which %q replaces whole", p.Name, h.File, other.Package, other.Name)
+				}
+			}
+		}
+	}
 	return nil
+}
+
+// HookedPackages lists the packages of p's hooked files other than
+// p.Package, in declaration order, each once.
+func (p Patch) HookedPackages() []string {
+	var out []string
+	for _, h := range p.Hooks {
+		if dir := path.Dir(h.File); dir != p.Package && !slices.Contains(out, dir) {
+			out = append(out, dir)
+		}
+	}
+	return out
+}
+
+// HooksIn reports whether any of p's hooked files is directly in pkg.
+func (p Patch) HooksIn(pkg string) bool {
+	return slices.ContainsFunc(p.Hooks, func(h Hook) bool { return path.Dir(h.File) == pkg })
 }
 
 func checkRelPath(p string) error {

@@ -1,6 +1,7 @@
 package patched
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,18 @@ func TestValidateRefuses(t *testing.T) {
 	second.Hooks = []Hook{{File: "pkg/a/b.go", Func: "f", Line: "g()", Call: "h()"}}
 	if err := Validate([]Patch{ok, second}); err != nil {
 		t.Fatalf("two extensions of one package refused: %v", err)
+	}
+	// A hook where upstream wires the patch's code, in another package.
+	elsewhere := ok
+	elsewhere.Hooks = []Hook{ok.Hooks[0], {File: "pkg/b/b.go", Func: "f", Line: "g()", Call: "a.H()"}, {File: "pkg/b/c.go", Func: "f", Line: "g()", Call: "a.H()"}}
+	if err := Validate([]Patch{elsewhere}); err != nil {
+		t.Fatalf("a hook in another package refused: %v", err)
+	}
+	if got := elsewhere.HookedPackages(); !slices.Equal(got, []string{"pkg/b"}) {
+		t.Errorf("HookedPackages = %q, want [pkg/b]", got)
+	}
+	if !elsewhere.HooksIn("pkg/a") || !elsewhere.HooksIn("pkg/b") || elsewhere.HooksIn("pkg/c") || second.HooksIn("pkg/b") {
+		t.Error("HooksIn: wrong answer")
 	}
 	with := func(f func(*Patch)) []Patch {
 		p := ok
@@ -57,8 +70,14 @@ func TestValidateRefuses(t *testing.T) {
 		{"help without setting", with(func(p *Patch) { p.Setting = "" }), "go together"},
 		{"replacement with hooks", with(func(p *Patch) { p.Replaces = true }), "nothing to hook"},
 		{"extension without hooks", with(func(p *Patch) { p.Hooks = nil }), "no hook calls them"},
-		{"hook outside the package", with(func(p *Patch) { p.Hooks[0].File = "pkg/b/b.go" }), "directly in pkg/a"},
-		{"hook in a subpackage", with(func(p *Patch) { p.Hooks[0].File = "pkg/a/sub/b.go" }), "directly in pkg/a"},
+		{"hook file escaping", with(func(p *Patch) { p.Hooks[0].File = "../b/b.go" }), "clean path"},
+		{"hook file outside a package", with(func(p *Patch) { p.Hooks[0].File = "b.go" }), "clean path"},
+		{"hook file not Go", with(func(p *Patch) { p.Hooks[0].File = "pkg/a/a.s" }), "clean path"},
+		{"hook in a replaced package", append(with(func(p *Patch) { p.Hooks[0].File = "pkg/r/r.go" }), func() Patch {
+			r := ok
+			r.Name, r.Package, r.Replaces, r.Hooks, r.Setting, r.SettingHelp = "r", "pkg/r", true, nil, "", ""
+			return r
+		}()), "replaces whole"},
 		{"indented line", with(func(p *Patch) { p.Hooks[0].Line = "\tg()" }), "one unindented line"},
 		{"two-line call", with(func(p *Patch) { p.Hooks[0].Call = "h()\ni()" }), "one unindented line"},
 		{"hook twice", with(func(p *Patch) { p.Hooks = append(p.Hooks, p.Hooks[0]) }), "declared twice"},

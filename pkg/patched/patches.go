@@ -6,7 +6,7 @@ const critletModule = "github.com/critlet/critlet"
 // overlay generator, the build checks, the kubelet's guard, its settings
 // and its settings line all read it. Each patch is also named below, for
 // the code that asks whether it is on.
-var Patches = []Patch{CriticalPodAdmission, StaticPodReadmission, PreemptionResume, OutageRecovery}
+var Patches = []Patch{CriticalPodAdmission, StaticPodReadmission, PreemptionResume, OutageRecovery, CriticalDevicePreemption}
 
 var (
 	CriticalPodAdmission = Patch{
@@ -124,6 +124,40 @@ var (
 				To:   UpstreamModule + "/pkg/kubelet.(*Kubelet).critletRestartsNotCounted",
 			},
 		},
+	}
+	CriticalDevicePreemption = Patch{
+		Name:   "critical-device-preemption",
+		Change: "a critical pod the container manager refuses for lack of device-plugin devices preempts pods holding them, chosen with any cpu or memory shortfall in one selection, and is allocated again once the device manager has freed their devices",
+		Issues: []string{
+			"https://github.com/kubernetes/kubernetes/issues/117955",
+			"https://github.com/kubernetes/kubernetes/issues/78405",
+		},
+		Setting:     "critical-preemption-devices",
+		SettingHelp: "When the container manager refuses a critical pod for lack of devices of a device-plugin resource, preempt non-critical pods holding them (chosen with any cpu or memory shortfall in one selection, by the same rules and policy), wait up to 10s for the device manager to free their devices and allocate again; refused with the device manager's reason when no set of pods frees enough; off (default), the pod is refused and nothing is preempted, as with the stock kubelet.",
+		Package:     "pkg/kubelet/cm",
+		Hooks: []Hook{
+			{
+				// Where the allocate handler joins the chain (a test
+				// container manager makes a new one per call, so it is
+				// found by place, not by identity).
+				File: "pkg/kubelet/kubelet.go",
+				Func: "NewMainKubelet",
+				Line: "handlers = append(handlers, klet.containerManager.GetAllocateResourcesPodAdmitHandler(logger))",
+				Call: "critletAllocateAt := len(handlers) - 1",
+			},
+			{
+				// The allocate handler and the critical-pod handler meet
+				// only here, where NewMainKubelet builds the chain.
+				File: "pkg/kubelet/kubelet.go",
+				Func: "NewMainKubelet",
+				Line: "handlers = append(handlers, lifecycle.NewPredicateAdmitHandler(klet.GetCachedNode, criticalPodAdmissionHandler, klet.containerManager.UpdatePluginResources))",
+				Call: "handlers = cm.CritletPreemptDevices(ctx, handlers, critletAllocateAt, klet.containerManager, klet.GetCachedNode, klet.containerManager.UpdatePluginResources, criticalPodAdmissionHandler, klet.GetActivePods)",
+			},
+		},
+		Proof: []Reach{{
+			From: UpstreamModule + "/pkg/kubelet.NewMainKubelet",
+			To:   UpstreamModule + "/pkg/kubelet/cm.CritletPreemptDevices",
+		}},
 	}
 )
 

@@ -176,6 +176,7 @@ func TestTableDeclaresEachSettingOnce(t *testing.T) {
 		"critical-preemption-resume":          "CRITLET_PREEMPTION_RESUME",
 		"critical-preemption-outage-recovery": "CRITLET_PREEMPTION_OUTAGE_RECOVERY",
 		"critical-static-pod-readmission":     "CRITLET_STATIC_POD_READMISSION",
+		"critical-preemption-devices":         "CRITLET_PREEMPTION_DEVICES",
 	}
 	for flag, env := range want {
 		if !seen[flag] {

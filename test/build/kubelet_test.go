@@ -18,8 +18,8 @@ import (
 	"github.com/spf13/pflag"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 
-	"github.com/critlet/critlet/pkg/settings"
 	"github.com/critlet/critlet/pkg/patched"
+	"github.com/critlet/critlet/pkg/settings"
 )
 
 var (

@@ -20,8 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/critlet/critlet/pkg/readmission"
 	"github.com/critlet/critlet/pkg/patched"
+	"github.com/critlet/critlet/pkg/readmission"
 	"github.com/critlet/critlet/test/prediction"
 )
 

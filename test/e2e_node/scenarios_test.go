@@ -5,6 +5,7 @@ package e2enode
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,13 +22,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/checkpointmanager"
+	devicecheckpoint "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/checkpoint"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	devicepluginstub "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
+
+	"github.com/critlet/critlet/test/prediction"
 )
 
 // The pods of upstream's critical-pod node e2e: a critical pod needing the
@@ -223,46 +230,211 @@ func TestMaxPods(t *testing.T) {
 	})
 }
 
-// Extended resources from a device plugin: the node advertises two widgets,
-// two non-critical pods hold them, and a critical pod needs one. The kubelet
-// allocates devices in the resource-allocation admit handler, which upstream
-// runs before the predicate handler that preempts: the critical pod is
-// refused there (UnexpectedAdmissionError) and nothing is preempted. critlet
-// keeps that order; the scenario records that both kubelets agree.
+// Extended resources from a device plugin: the node advertises four
+// widgets, each held by a non-critical pod of another QoS class or
+// priority. Upstream allocates devices in the resource-allocation admit
+// handler, which runs before the predicate handler that preempts, so a
+// critical pod short of widgets is refused there (UnexpectedAdmissionError)
+// and nothing is preempted: the stock kubelet and critlet's defaults. With
+// --critical-preemption-devices critlet preempts the pods upstream's rules
+// choose for the widgets the pod lacks, with its cpu shortfall when it has
+// one (predicted here with upstream's handler, as for cpu and memory), and
+// the critical pod runs on the victims' widgets. A pod asking for more
+// widgets than the node has is refused by every kubelet, nothing killed.
 func TestDevicePluginResource(t *testing.T) {
 	const widget = v1.ResourceName("critlet.example/widget")
-	runScenario(t, "6 device-plugin resource", scenarioOptions{}, func(e *env) {
-		allocated := e.startDevicePlugin(string(widget), "widget-0", "widget-1")
-		err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			n, err := e.c.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
+	opts := scenarioOptions{critletVariants: []kubeletUnderTest{devicePreempting}, timeout: 12 * time.Minute}
+	runScenario(t, "6 device-plugin resource", opts, func(e *env) {
+		preempts := e.kubelet.name == devicePreempting.name
+		allocated := e.startDevicePlugin(string(widget), "widget-0", "widget-1", "widget-2", "widget-3")
+		e.waitAllocatable(widget, 4)
+		e.ensurePriorityClass("critlet-e2e-high", 1000)
+		// Each ignores SIGTERM, so a victim ends Failed/Preempting after
+		// its 1 s grace period.
+		holding := func(s podSpec, n string) podSpec {
+			s.requests, s.limits = maps.Clone(s.requests), maps.Clone(s.limits)
+			if s.requests == nil {
+				s.requests = v1.ResourceList{}
 			}
-			q := n.Status.Allocatable[widget]
-			return q.Value() == 2, nil
-		})
-		if err != nil {
-			e.t.Fatalf("the node never advertised 2 %s: %v", widget, err)
+			if s.limits == nil {
+				s.limits = v1.ResourceList{}
+			}
+			s.requests[widget], s.limits[widget] = resource.MustParse(n), resource.MustParse(n)
+			s.command = []string{"/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"}
+			s.gracePeriod = ptr.To[int64](1)
+			return s
 		}
-		one := v1.ResourceList{widget: resource.MustParse("1")}
-		holders := e.createRunning(podSpec{name: "holder-0", requests: one, limits: one}, podSpec{name: "holder-1", requests: one, limits: one})
-		s := critical("critical-widget", resources("100m", "100Mi"))
-		s.requests[widget] = one[widget]
-		s.limits = one
-		p := e.create(s)
-		cur := e.waitPhase(p, 2*time.Minute, v1.PodRunning, v1.PodFailed, v1.PodSucceeded)
-		e.note("critical pod: %s %s", cur.Status.Phase, cur.Status.Reason)
-		e.note("devices allocated by the plugin: %v", allocated())
-		if cur.Status.Phase != v1.PodFailed || cur.Status.Reason != "UnexpectedAdmissionError" {
-			e.t.Errorf("critical pod needing a held device: %s %q (%s), want Failed UnexpectedAdmissionError: device allocation runs before preemption", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
-		}
-		e.settle(3 * time.Second)
-		for _, h := range holders {
-			e.expectPhase(h, v1.PodRunning)
-		}
+		high := burstable("holder-burstable-high", "100m", "50Mi")
+		high.priorityClass = "critlet-e2e-high"
+		holders := e.createRunning(
+			holding(bestEffort("holder-besteffort"), "1"),
+			holding(burstable("holder-burstable", "200m", "50Mi"), "1"),
+			holding(high, "1"),
+			holding(guaranteed("holder-guaranteed", "100m", "50Mi"), "1"),
+		)
+
+		// More widgets than the node has: no set of pods frees enough.
+		tooMany := holding(critical("critical-five-widgets", resources("10m", "10Mi")), "5")
+		e.expectRefusedForDevices(e.create(tooMany))
 		e.expectVictims()
+
+		// Two widgets short, nothing else.
+		two := holding(critical("critical-two-widgets", resources("100m", "100Mi")), "2")
+		e.expectDevicePreemption(two, widget, preempts, allocated)
+
+		// One widget short, and cpu: on the stock kubelet and the
+		// defaults the same four holders are still there.
+		free := e.freeCPU()
+		free.Add(resource.MustParse("150m"))
+		cpu := holding(critical("critical-widget-and-cpu", v1.ResourceList{v1.ResourceCPU: free, v1.ResourceMemory: resource.MustParse("10Mi")}), "1")
+		reasons := e.expectDevicePreemption(cpu, widget, preempts, allocated)
+		if !strings.Contains(reasons, string(widget)) || !strings.Contains(reasons, "cpu") {
+			e.t.Errorf("upstream's shortfall for the last critical pod is %q, want widgets and cpu both short", reasons)
+		}
+		if !preempts {
+			for _, h := range holders {
+				e.expectPhase(h, v1.PodRunning)
+			}
+			e.expectVictims()
+		}
 	})
 }
+
+var devicePreempting = critletKubelet.with([]string{"--critical-preemption-devices"}, nil)
+
+// expectDevicePreemption creates the critical pod s, short of devices of
+// resource, and checks the outcome: with preempts, exactly the victims
+// upstream's handler chooses for the node's shortfall (devices and native
+// resources together), each ending Failed/Preempting with DisruptionTarget,
+// and the critical pod running on the devices they held; without, refused
+// as upstream refuses it and nothing preempted. It returns upstream's
+// shortfall.
+func (e *env) expectDevicePreemption(s podSpec, resource v1.ResourceName, preempts bool, allocated func() []string) string {
+	e.t.Helper()
+	node, err := e.c.CoreV1().Nodes().Get(e.ctx, e.node, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("getting node: %v", err)
+	}
+	before := e.victims()
+	active := e.activePods()
+	want, reasons, err := prediction.StockVictims(node, active, s.pod(e.node))
+	if err != nil {
+		e.t.Fatalf("upstream's choice for %s: %v", s.name, err)
+	}
+	e.note("%s: upstream's shortfall %s, its victims %v", s.name, reasons, want)
+	if !preempts {
+		e.expectRefusedForDevices(e.create(s))
+		if got := e.victims(); !slices.Equal(got, before) {
+			e.t.Errorf("preempted %v for %s, want nothing more than %v", got, s.name, before)
+		}
+		return reasons
+	}
+	held := e.deviceHolders(resource)
+	crit := e.createCritical(s)
+	got := e.waitVictims("holder-", len(before)+len(want), 3*time.Second)
+	e.row.victims = got
+	var fresh, freed []string
+	for _, name := range got {
+		if !slices.Contains(before, name) {
+			fresh = append(fresh, name)
+		}
+	}
+	sort.Strings(want)
+	if !slices.Equal(fresh, want) {
+		e.t.Errorf("%s preempted %v, want upstream's choice %v", s.name, fresh, want)
+	}
+	for _, p := range active {
+		switch {
+		case slices.Contains(fresh, p.Name):
+			e.expectPreempted(p, killed)
+			freed = append(freed, held[p.Name]...)
+		case strings.HasPrefix(p.Name, "holder-") || strings.HasPrefix(p.Name, "critical-"):
+			e.expectPhase(p, v1.PodRunning)
+		}
+	}
+	now := e.deviceHolders(resource)[crit.Name]
+	sort.Strings(freed)
+	if !slices.Equal(now, freed) {
+		e.t.Errorf("%s runs on %s %v, want the victims' %v (the plugin allocated %v)", s.name, resource, now, freed, allocated())
+	}
+	e.note("%s: ran on %v, freed by %v", s.name, now, fresh)
+	return reasons
+}
+
+// expectRefusedForDevices waits for p to end and checks that it was refused
+// as the device manager refuses a pod short of devices.
+func (e *env) expectRefusedForDevices(p *v1.Pod) {
+	e.t.Helper()
+	cur := e.waitPhase(p, 2*time.Minute, v1.PodRunning, v1.PodFailed, v1.PodSucceeded)
+	e.note("%s: %s %s", p.Name, cur.Status.Phase, cur.Status.Reason)
+	if cur.Status.Phase != v1.PodFailed || cur.Status.Reason != "UnexpectedAdmissionError" ||
+		!strings.Contains(cur.Status.Message, "requested number of devices unavailable") {
+		e.t.Errorf("critical pod %s short of devices: %s %q (%s), want Failed UnexpectedAdmissionError, the device manager's refusal", p.Name, cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
+	}
+}
+
+// waitAllocatable waits until the node advertises n of resource.
+func (e *env) waitAllocatable(resource v1.ResourceName, n int64) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		node, err := e.c.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		q := node.Status.Allocatable[resource]
+		return q.Value() == n, nil
+	})
+	if err != nil {
+		e.t.Fatalf("the node never advertised %d %s: %v", n, resource, err)
+	}
+}
+
+// freeCPU is the node's allocatable cpu less what its active pods request.
+func (e *env) freeCPU() resource.Quantity {
+	e.t.Helper()
+	free := e.allocatable()[v1.ResourceCPU]
+	for _, p := range e.activePods() {
+		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+		free.Sub(req[v1.ResourceCPU])
+	}
+	return free
+}
+
+// deviceHolders reads the device manager's checkpoint: the sorted IDs of
+// resource each pod of the node holds, by pod name.
+func (e *env) deviceHolders(resource v1.ResourceName) map[string][]string {
+	e.t.Helper()
+	mgr, err := checkpointmanager.NewCheckpointManager(suite.Config().DevicePluginDir())
+	if err != nil {
+		e.t.Fatalf("opening the device manager's checkpoint: %v", err)
+	}
+	cp := devicecheckpoint.New(nil, nil)
+	if err := mgr.GetCheckpoint(deviceManagerCheckpoint, cp); err != nil {
+		e.t.Fatalf("reading the device manager's checkpoint: %v", err)
+	}
+	entries, _ := cp.GetData()
+	byUID := map[string]string{}
+	for _, p := range e.activePods() {
+		byUID[string(p.UID)] = p.Name
+	}
+	out := map[string][]string{}
+	for _, en := range entries {
+		name, ok := byUID[en.PodUID]
+		if !ok || en.ResourceName != string(resource) {
+			continue
+		}
+		out[name] = append(out[name], sets.List(en.DeviceIDs.Devices())...)
+	}
+	for name := range out {
+		sort.Strings(out[name])
+		out[name] = slices.Compact(out[name])
+	}
+	return out
+}
+
+// deviceManagerCheckpoint is the file, in the device-plugin directory, the
+// kubelet's device manager keeps its allocations in.
+const deviceManagerCheckpoint = "kubelet_internal_checkpoint"
 
 // Five victims that ignore SIGTERM, each with a 5 s grace period: the
 // kubelet must wait out each grace period before SIGKILL. Stock terminates

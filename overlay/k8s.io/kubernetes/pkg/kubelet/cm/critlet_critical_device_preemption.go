@@ -1,0 +1,315 @@
+//go:build critlet_patch
+
+package cm
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
+	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/critlet/critlet/pkg/critletmetrics"
+	"github.com/critlet/critlet/pkg/devicedemand"
+	"github.com/critlet/critlet/pkg/kubeletstate"
+	"github.com/critlet/critlet/pkg/patched"
+)
+
+// The victims' devices are freed by the device manager's next
+// UpdateAllocatedDevices once the pod workers report them terminated,
+// which killPodNow waited for; the wait only covers the kubelet's own
+// bookkeeping catching up, and it holds the sync loop, so it is short.
+const (
+	critletDeviceFreeWait = 10 * time.Second
+	critletDeviceFreePoll = 100 * time.Millisecond
+)
+
+// CritletPreemptDevices is called by the line the critical-device-preemption
+// patch appends in NewMainKubelet once the predicate handler has joined
+// handlers; allocateAt is where the patch's other hook saw the container
+// manager's allocate handler join them. With the patch's setting off it
+// returns handlers as they are; on, the allocate handler is wrapped so a
+// critical pod it refuses for lack of devices preempts their holders. A
+// kubelet with the setting on whose handler chain is not as expected
+// refuses to start rather than run without the patch it was asked for.
+func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHandler, allocateAt int, devices podresources.DevicesProvider,
+	getNode func(context.Context, bool) (*v1.Node, error), pluginResources func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error,
+	preempt lifecycle.AdmissionFailureHandler, activePods func() []*v1.Pod) []lifecycle.PodAdmitHandler {
+	if !kubeletstate.Get().Settings.On(patched.CriticalDevicePreemption) {
+		return handlers
+	}
+	out, err := critletWrapAllocateHandler(handlers, allocateAt, func(inner lifecycle.PodAdmitHandler) lifecycle.PodAdmitHandler {
+		return &critletDevicePreemption{
+			inner:   inner,
+			devices: devices,
+			probe: func(capture lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler {
+				return lifecycle.NewPredicateAdmitHandler(getNode, capture, pluginResources)
+			},
+			preempt:    preempt,
+			activePods: activePods,
+			wait:       critletDeviceFreeWait,
+			poll:       critletDeviceFreePoll,
+		}
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot install critlet's patch as set", "patch", patched.CriticalDevicePreemption.Name)
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	return out
+}
+
+// critletWrapAllocateHandler returns a copy of handlers with the one at
+// allocateAt, which must come before the last (the predicate handler),
+// replaced by wrap of it.
+func critletWrapAllocateHandler(handlers []lifecycle.PodAdmitHandler, allocateAt int, wrap func(lifecycle.PodAdmitHandler) lifecycle.PodAdmitHandler) ([]lifecycle.PodAdmitHandler, error) {
+	if allocateAt < 0 || allocateAt >= len(handlers)-1 || handlers[allocateAt] == nil {
+		return nil, fmt.Errorf("the container manager's allocate handler is not before the predicate handler (at %d of %d admit handlers)", allocateAt, len(handlers))
+	}
+	out := append([]lifecycle.PodAdmitHandler(nil), handlers...)
+	out[allocateAt] = wrap(handlers[allocateAt])
+	return out, nil
+}
+
+// critletDevicePreemption is the container manager's allocate handler
+// with critical pods' device shortfalls preempted.
+type critletDevicePreemption struct {
+	inner   lifecycle.PodAdmitHandler
+	devices podresources.DevicesProvider
+	// probe builds upstream's predicate handler around a failure handler,
+	// so the native shortfall joins the devices' in one selection.
+	probe      func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler
+	preempt    lifecycle.AdmissionFailureHandler
+	activePods func() []*v1.Pod
+	wait, poll time.Duration
+}
+
+// Admit allocates as upstream does. When that refuses a critical pod being
+// added and devices of a device-plugin resource are short, it preempts
+// pods chosen from the devices and any native shortfall together, waits
+// for the device manager to free the victims' devices, takes the victims
+// out of the pods the handlers after it see, and allocates again. Anything
+// that does not end in an allocation returns upstream's refusal (or the
+// second allocation's), with what happened logged.
+func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
+	refused := w.inner.Admit(ctx, attrs)
+	if refused.Admit || attrs.Operation != lifecycle.AddOperation || !kubetypes.IsCriticalPod(attrs.Pod) {
+		return refused
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
+	short, err := w.shortages(logger, attrs)
+	if err != nil {
+		logger.Info("Not preempting for devices: the pod's device request cannot be allocated as it is", "err", err)
+		return refused
+	}
+	if len(short) == 0 {
+		// Refused for something else (CPUs, memory, topology with enough
+		// devices): as upstream.
+		return refused
+	}
+	reasons, ok := w.withNativeShortfall(ctx, attrs, short)
+	if !ok {
+		logger.Info("Not preempting for devices: the admission predicate refuses the pod for reasons preemption cannot fix")
+		critletmetrics.DevicePreemptions.WithLabelValues("no_victims").Inc()
+		return refused
+	}
+	logger.Info("Critical pod refused for devices; preempting their holders", "shortfall", critletDescribe(reasons))
+	left, err := w.preempt.HandleAdmissionFailure(ctx, attrs.Pod, reasons, attrs.Operation)
+	if err != nil || len(left) > 0 {
+		logger.Info("No set of pods frees enough devices; refusing as upstream", "err", err, "left", critletDescribe(left))
+		critletmetrics.DevicePreemptions.WithLabelValues("no_victims").Inc()
+		return refused
+	}
+	gone := w.dropInactive(attrs)
+	if err := w.waitFreed(ctx, logger, gone); err != nil {
+		logger.Error(err, "Preempted pods' devices were not freed; refusing as upstream")
+		critletmetrics.DevicePreemptions.WithLabelValues("not_freed").Inc()
+		return refused
+	}
+	again := w.inner.Admit(ctx, attrs)
+	if !again.Admit {
+		// Enough devices are free now, so the refusal is of another kind,
+		// such as the topology manager finding no aligned set among them.
+		logger.Info("Critical pod refused again after its device preemption", "reason", again.Reason, "message", again.Message)
+		critletmetrics.DevicePreemptions.WithLabelValues("refused").Inc()
+		return again
+	}
+	critletmetrics.DevicePreemptions.WithLabelValues("admitted").Inc()
+	return again
+}
+
+// shortages is what the device manager lacks to allocate attrs.Pod, by
+// device-plugin resource, from its healthy devices and those the pod and
+// the other active pods hold.
+func (w *critletDevicePreemption) shortages(logger klog.Logger, attrs *lifecycle.PodAdmitAttributes) ([]devicedemand.Shortage, error) {
+	healthy := critletDeviceIDs(w.devices.GetAllocatableDevices(logger))
+	held := map[string][]string{}
+	for _, p := range append([]*v1.Pod{attrs.Pod}, attrs.OtherPods...) {
+		for _, name := range critletContainerNames(p) {
+			for r, ids := range critletDeviceIDs(w.devices.GetDevices(string(p.UID), name)) {
+				held[r] = append(held[r], ids...)
+			}
+		}
+	}
+	// What the device manager allocates: resources registered (healthy
+	// devices) or allocated before.
+	isDevice := func(r string) bool { return healthy[r] != nil || held[r] != nil }
+	containers := devicedemand.Containers(attrs.Pod, isDevice, func(container string) map[string]int64 {
+		counts := map[string]int64{}
+		for r, ids := range critletDeviceIDs(w.devices.GetDevices(string(attrs.Pod.UID), container)) {
+			counts[r] = int64(len(ids))
+		}
+		return counts
+	})
+	need, err := devicedemand.Need(containers)
+	if err != nil {
+		return nil, err
+	}
+	return devicedemand.Shortages(need, healthy, held), nil
+}
+
+// withNativeShortfall runs upstream's predicate on attrs to learn what else
+// the pod lacks, and returns it with the devices' shortfall in place of the
+// predicate's view of those resources (the device manager, not the node
+// status, decides what it can allocate). ok is false when the predicate
+// refuses the pod for a reason preemption cannot fix.
+func (w *critletDevicePreemption) withNativeShortfall(ctx context.Context, attrs *lifecycle.PodAdmitAttributes, short []devicedemand.Shortage) ([]lifecycle.PredicateFailureReason, bool) {
+	capture := &critletCapturedFailures{}
+	if res := w.probe(capture).Admit(ctx, attrs); !res.Admit && capture.reasons == nil {
+		// Refused before any resource was weighed (OS, node info).
+		return nil, false
+	}
+	for _, r := range capture.reasons {
+		// Taints, node affinity, host ports: the critical-pod handler
+		// would kill nothing for them either.
+		if _, ok := r.(*lifecycle.InsufficientResourceError); !ok {
+			return nil, false
+		}
+	}
+	return critletMergeShortfall(capture.reasons, short), true
+}
+
+// critletMergeShortfall returns predicate's reasons less its resource
+// shortfalls of the resources in short, followed by short's.
+func critletMergeShortfall(predicate []lifecycle.PredicateFailureReason, short []devicedemand.Shortage) []lifecycle.PredicateFailureReason {
+	isShort := map[v1.ResourceName]bool{}
+	for _, s := range short {
+		isShort[v1.ResourceName(s.Resource)] = true
+	}
+	var out []lifecycle.PredicateFailureReason
+	for _, r := range predicate {
+		if ir, ok := r.(*lifecycle.InsufficientResourceError); ok && isShort[ir.ResourceName] {
+			continue
+		}
+		out = append(out, r)
+	}
+	for _, s := range short {
+		out = append(out, &lifecycle.InsufficientResourceError{
+			ResourceName: v1.ResourceName(s.Resource), Requested: s.Requested, Used: s.Used, Capacity: s.Capacity,
+		})
+	}
+	return out
+}
+
+// dropInactive takes the pods no longer active (the victims just killed)
+// out of attrs.OtherPods, so the handlers after this one weigh the room
+// they left, and returns them.
+func (w *critletDevicePreemption) dropInactive(attrs *lifecycle.PodAdmitAttributes) []*v1.Pod {
+	active := map[types.UID]bool{}
+	for _, p := range w.activePods() {
+		active[p.UID] = true
+	}
+	kept := make([]*v1.Pod, 0, len(attrs.OtherPods))
+	var gone []*v1.Pod
+	for _, p := range attrs.OtherPods {
+		if active[p.UID] {
+			kept = append(kept, p)
+		} else {
+			gone = append(gone, p)
+		}
+	}
+	// A new slice: the caller's may be shared.
+	attrs.OtherPods = kept
+	return gone
+}
+
+// waitFreed has the device manager free the devices of pods gone, and
+// waits until none of them holds any, for at most w.wait.
+func (w *critletDevicePreemption) waitFreed(ctx context.Context, logger klog.Logger, gone []*v1.Pod) error {
+	deadline := time.Now().Add(w.wait)
+	for {
+		w.devices.UpdateAllocatedDevices(logger)
+		holding := critletStillHolding(w.devices, gone)
+		if len(holding) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s the device manager still holds devices for %v (it frees them only once all pod sources are ready)", w.wait, holding)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the devices of %v: %w", holding, ctx.Err())
+		case <-time.After(w.poll):
+		}
+	}
+}
+
+// critletStillHolding lists the pods of pods the device manager still
+// holds devices for.
+func critletStillHolding(devices podresources.DevicesProvider, pods []*v1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		for _, name := range critletContainerNames(p) {
+			if len(devices.GetDevices(string(p.UID), name)) > 0 {
+				out = append(out, klog.KObj(p).String())
+				break
+			}
+		}
+	}
+	return out
+}
+
+// critletDeviceIDs groups device IDs by resource.
+func critletDeviceIDs(devs []*podresourcesapi.ContainerDevices) map[string][]string {
+	out := map[string][]string{}
+	for _, d := range devs {
+		out[d.GetResourceName()] = append(out[d.GetResourceName()], d.GetDeviceIds()...)
+	}
+	return out
+}
+
+func critletContainerNames(p *v1.Pod) []string {
+	names := make([]string, 0, len(p.Spec.InitContainers)+len(p.Spec.Containers))
+	for _, c := range p.Spec.InitContainers {
+		names = append(names, c.Name)
+	}
+	for _, c := range p.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+func critletDescribe(reasons []lifecycle.PredicateFailureReason) []string {
+	out := make([]string, len(reasons))
+	for i, r := range reasons {
+		out[i] = r.GetReason()
+	}
+	return out
+}
+
+// critletCapturedFailures keeps the reasons the predicate would hand the
+// critical-pod handler, and fixes nothing.
+type critletCapturedFailures struct {
+	reasons []lifecycle.PredicateFailureReason
+}
+
+func (c *critletCapturedFailures) HandleAdmissionFailure(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, _ lifecycle.Operation) ([]lifecycle.PredicateFailureReason, error) {
+	c.reasons = reasons
+	return reasons, nil
+}

@@ -1,0 +1,370 @@
+//go:build critlet_patch
+
+package cm
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/critlet/critlet/pkg/devicedemand"
+	"github.com/critlet/critlet/pkg/kubeletstate"
+	"github.com/critlet/critlet/pkg/patched"
+	"github.com/critlet/critlet/pkg/settings"
+)
+
+const critletGPU = "example.com/gpu"
+
+// critletDeviceNode is a device manager and the pods around it: which
+// device each pod's container holds, which pods are active, and an
+// allocate handler that admits a pod only when enough healthy devices are
+// free, taking them.
+type critletDeviceNode struct {
+	healthy  []string
+	holds    map[types.UID]map[string][]string // pod → container → device IDs
+	active   map[types.UID]bool
+	freeable bool // whether UpdateAllocatedDevices frees inactive pods'
+	// lag is how many calls of UpdateAllocatedDevices pass before one
+	// frees: the kubelet's bookkeeping catching up.
+	lag int
+	// refuseAgain makes the second allocation fail as the topology manager
+	// would.
+	refuseAgain bool
+	allocations int
+}
+
+func (n *critletDeviceNode) GetAllocatableDevices(klog.Logger) []*podresourcesapi.ContainerDevices {
+	var out []*podresourcesapi.ContainerDevices
+	for _, id := range n.healthy {
+		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletGPU, DeviceIds: []string{id}})
+	}
+	return out
+}
+
+func (n *critletDeviceNode) GetDevices(podUID, container string) []*podresourcesapi.ContainerDevices {
+	ids := n.holds[types.UID(podUID)][container]
+	if len(ids) == 0 {
+		return nil
+	}
+	return []*podresourcesapi.ContainerDevices{{ResourceName: critletGPU, DeviceIds: ids}}
+}
+
+func (n *critletDeviceNode) UpdateAllocatedDevices(klog.Logger) {
+	if !n.freeable {
+		return
+	}
+	if n.lag > 0 {
+		n.lag--
+		return
+	}
+	for uid := range n.holds {
+		if !n.active[uid] {
+			delete(n.holds, uid)
+		}
+	}
+}
+
+func (n *critletDeviceNode) free() []string {
+	var out []string
+	for _, id := range n.healthy {
+		held := false
+		for _, cs := range n.holds {
+			for _, ids := range cs {
+				held = held || slices.Contains(ids, id)
+			}
+		}
+		if !held {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (n *critletDeviceNode) Admit(_ context.Context, attrs *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
+	n.allocations++
+	if n.allocations > 1 && n.refuseAgain {
+		return lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}
+	}
+	c := attrs.Pod.Spec.Containers[0]
+	q := c.Resources.Limits[critletGPU]
+	want := int(q.Value())
+	free := n.free()
+	if len(free) < want {
+		return lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable"}
+	}
+	if want > 0 {
+		n.holds[attrs.Pod.UID] = map[string][]string{c.Name: free[:want]}
+	}
+	n.active[attrs.Pod.UID] = true
+	return lifecycle.PodAdmitResult{Admit: true}
+}
+
+func (n *critletDeviceNode) activePods(pods []*v1.Pod) func() []*v1.Pod {
+	return func() []*v1.Pod {
+		var out []*v1.Pod
+		for _, p := range pods {
+			if n.active[p.UID] {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+}
+
+// critletKiller stands for the critical-pod handler: it records the
+// shortfall it is given and kills the pods it was told to choose.
+type critletKiller struct {
+	node    *critletDeviceNode
+	choose  []types.UID
+	err     error
+	got     []lifecycle.PredicateFailureReason
+	calls   int
+	leftout []lifecycle.PredicateFailureReason
+}
+
+func (k *critletKiller) HandleAdmissionFailure(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, _ lifecycle.Operation) ([]lifecycle.PredicateFailureReason, error) {
+	k.calls++
+	k.got = reasons
+	if k.err != nil {
+		return reasons, k.err
+	}
+	for _, uid := range k.choose {
+		k.node.active[uid] = false
+	}
+	return k.leftout, nil
+}
+
+func critletPod(name string, cpu string, gpus int64, priority int32) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name)},
+		Spec: v1.PodSpec{Priority: &priority, Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)},
+			Limits:   v1.ResourceList{},
+		}}}},
+	}
+	if gpus > 0 {
+		q := *resource.NewQuantity(gpus, resource.DecimalSI)
+		p.Spec.Containers[0].Resources.Requests[critletGPU] = q
+		p.Spec.Containers[0].Resources.Limits[critletGPU] = q
+	}
+	return p
+}
+
+// critletSetup is a node of 4 devices and 8 cpus, each of four pods
+// holding a device and a cpu, and a critical pod asking for 2 devices and
+// cpu.
+func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *critletKiller, *critletDevicePreemption) {
+	n := &critletDeviceNode{healthy: []string{"d0", "d1", "d2", "d3"}, holds: map[types.UID]map[string][]string{}, active: map[types.UID]bool{}, freeable: true}
+	var pods []*v1.Pod
+	for i, name := range []string{"a", "b", "c", "d"} {
+		p := critletPod(name, "1", 1, 0)
+		pods = append(pods, p)
+		n.holds[p.UID] = map[string][]string{"c": {n.healthy[i]}}
+		n.active[p.UID] = true
+	}
+	critical := critletPod("critical", criticalCPU, 2, 2000001000)
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110"),
+		critletGPU: resource.MustParse("4"),
+	}}}
+	k := &critletKiller{node: n}
+	w := &critletDevicePreemption{
+		inner:   n,
+		devices: n,
+		probe: func(capture lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler {
+			return lifecycle.NewPredicateAdmitHandler(func(context.Context, bool) (*v1.Node, error) { return node, nil }, capture,
+				func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error { return nil })
+		},
+		preempt:    k,
+		activePods: n.activePods(pods),
+		wait:       300 * time.Millisecond,
+		poll:       10 * time.Millisecond,
+	}
+	return n, pods, critical, k, w
+}
+
+func critletAdd(pod *v1.Pod, others []*v1.Pod) *lifecycle.PodAdmitAttributes {
+	return &lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: slices.Clone(others), Operation: lifecycle.AddOperation}
+}
+
+func critletShortOf(t *testing.T, reasons []lifecycle.PredicateFailureReason) map[v1.ResourceName]lifecycle.InsufficientResourceError {
+	t.Helper()
+	out := map[v1.ResourceName]lifecycle.InsufficientResourceError{}
+	for _, r := range reasons {
+		ir, ok := r.(*lifecycle.InsufficientResourceError)
+		if !ok {
+			t.Fatalf("reason %v is not a resource shortfall", r)
+		}
+		out[ir.ResourceName] = *ir
+	}
+	return out
+}
+
+func TestCritletDevicePreemptionAdmitsOnceTheVictimsDevicesAreFree(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"b", "d"}
+	n.lag = 3
+	attrs := critletAdd(critical, pods)
+	res := w.Admit(ctx, attrs)
+	if !res.Admit {
+		t.Fatalf("refused: %+v", res)
+	}
+	short := critletShortOf(t, k.got)
+	if len(short) != 1 || short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 4, Capacity: 4}) {
+		t.Fatalf("shortfall handed to the critical-pod handler = %+v, want 2 devices of 4 all used", short)
+	}
+	if got := n.holds[critical.UID]["c"]; !slices.Equal(got, []string{"d1", "d3"}) {
+		t.Errorf("critical pod got devices %v, want the victims' d1 d3", got)
+	}
+	var names []string
+	for _, p := range attrs.OtherPods {
+		names = append(names, p.Name)
+	}
+	if !slices.Equal(names, []string{"a", "c"}) {
+		t.Errorf("the handlers after this one see %v, want the victims gone: [a c]", names)
+	}
+	if n.allocations != 2 {
+		t.Errorf("%d allocations, want the refused one and one after the preemption", n.allocations)
+	}
+}
+
+// The predicate's cpu shortfall and the devices' reach the critical-pod
+// handler together, in one call.
+func TestCritletDevicePreemptionChoosesForDevicesAndCPUTogether(t *testing.T) {
+	_, pods, critical, k, w := critletSetup("5")
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+		t.Fatalf("refused: %+v", res)
+	}
+	short := critletShortOf(t, k.got)
+	if k.calls != 1 || len(short) != 2 {
+		t.Fatalf("%d calls with %+v, want one call short of cpu and devices", k.calls, short)
+	}
+	if cpu := short[v1.ResourceCPU]; cpu.Requested != 5000 || cpu.Used != 4000 || cpu.Capacity != 8000 {
+		t.Errorf("cpu shortfall %+v, want the predicate's: 5000m asked, 4000m of 8000m used", cpu)
+	}
+	if gpu := short[critletGPU]; gpu.Requested != 2 || gpu.Used != 4 || gpu.Capacity != 4 {
+		t.Errorf("device shortfall %+v", gpu)
+	}
+}
+
+func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
+	upstream := lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable"}
+	tests := []struct {
+		name  string
+		setup func(n *critletDeviceNode, k *critletKiller, pod **v1.Pod, attrs *lifecycle.PodAdmitAttributes)
+		// calls is how many times the critical-pod handler is asked.
+		calls int
+		want  lifecycle.PodAdmitResult
+	}{
+		{"no set of pods frees enough", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			k.err = errors.New("no set of running pods found to reclaim resources")
+		}, 1, upstream},
+		{"the handler leaves a reason", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			k.leftout = []lifecycle.PredicateFailureReason{&lifecycle.PredicateFailureError{PredicateName: "x", PredicateDesc: "y"}}
+		}, 1, upstream},
+		{"the victims' devices are never freed", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			k.choose = []types.UID{"a", "b"}
+			n.freeable = false
+		}, 1, upstream},
+		{"topology refuses the freed devices", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			k.choose = []types.UID{"a", "b"}
+			n.refuseAgain = true
+		}, 1, lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}},
+		{"not critical", func(_ *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			(*pod).Spec.Priority = new(int32)
+		}, 0, upstream},
+		{"a resize", func(_ *critletDeviceNode, _ *critletKiller, _ **v1.Pod, attrs *lifecycle.PodAdmitAttributes) {
+			attrs.Operation = lifecycle.ResizeOperation
+		}, 0, upstream},
+		{"refused for something else: devices enough", func(n *critletDeviceNode, _ *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			n.healthy = append(n.healthy, "d4", "d5")
+			n.refuseAgain = true
+			n.allocations = 1
+		}, 0, lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}},
+		{"the predicate refuses before weighing resources", func(_ *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			(*pod).Spec.OS = &v1.PodOS{Name: "windows"}
+		}, 0, upstream},
+		{"the predicate refuses for a reason preemption cannot fix", func(_ *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			(*pod).Spec.NodeSelector = map[string]string{"disk": "ssd"}
+		}, 0, upstream},
+		{"a device request the device manager refuses (a held count changed)", func(n *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			n.holds[(*pod).UID] = map[string][]string{"c": {"d9"}}
+		}, 0, upstream},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n, pods, critical, k, w := critletSetup("500m")
+			attrs := critletAdd(critical, pods)
+			tc.setup(n, k, &critical, attrs)
+			attrs.Pod = critical
+			got := w.Admit(context.Background(), attrs)
+			if got != tc.want {
+				t.Errorf("Admit = %+v, want %+v", got, tc.want)
+			}
+			if k.calls != tc.calls {
+				t.Errorf("critical-pod handler asked %d times, want %d", k.calls, tc.calls)
+			}
+			if tc.calls == 0 && len(attrs.OtherPods) != len(pods) {
+				t.Errorf("the other pods changed without a preemption: %d of %d", len(attrs.OtherPods), len(pods))
+			}
+		})
+	}
+}
+
+func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
+	defer kubeletstate.SetSettings(kubeletstate.Get().Settings)
+	n, pods, _, k, _ := critletSetup("1")
+	sysctl, predicate := &critletDeviceNode{}, &critletDeviceNode{}
+	handlers := []lifecycle.PodAdmitHandler{sysctl, n, predicate}
+	install := func() []lifecycle.PodAdmitHandler {
+		return CritletPreemptDevices(context.Background(), handlers, 1, n, nil, nil, k, n.activePods(pods))
+	}
+	kubeletstate.SetSettings(settings.Defaults())
+	if got := install(); &got[0] != &handlers[0] || got[1] != lifecycle.PodAdmitHandler(n) {
+		t.Fatal("setting off: the handlers were changed")
+	}
+	kubeletstate.SetSettings(settings.Defaults().With(patched.CriticalDevicePreemption, true))
+	got := install()
+	wrapped, ok := got[1].(*critletDevicePreemption)
+	if !ok || wrapped.inner != lifecycle.PodAdmitHandler(n) || got[0] != lifecycle.PodAdmitHandler(sysctl) || got[2] != lifecycle.PodAdmitHandler(predicate) {
+		t.Fatalf("setting on: handlers %v, want only the allocate handler wrapped", got)
+	}
+	if handlers[1] != lifecycle.PodAdmitHandler(n) {
+		t.Fatal("the caller's slice was changed")
+	}
+	for _, at := range []int{-1, 2, 3} {
+		if _, err := critletWrapAllocateHandler(handlers, at, func(h lifecycle.PodAdmitHandler) lifecycle.PodAdmitHandler { return h }); err == nil || !strings.Contains(err.Error(), "not before the predicate handler") {
+			t.Errorf("allocate handler at %d: %v, want a refusal", at, err)
+		}
+	}
+}
+
+func TestCritletMergeShortfallPrefersTheDeviceManager(t *testing.T) {
+	other := &lifecycle.PredicateFailureError{PredicateName: "p", PredicateDesc: "d"}
+	predicate := []lifecycle.PredicateFailureReason{
+		&lifecycle.InsufficientResourceError{ResourceName: v1.ResourceCPU, Requested: 1, Used: 2, Capacity: 2},
+		&lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 3, Capacity: 3},
+		other,
+	}
+	got := critletMergeShortfall(predicate, []devicedemand.Shortage{{Resource: critletGPU, Requested: 2, Used: 4, Capacity: 4}})
+	if len(got) != 3 || got[0] != predicate[0] || got[1] != lifecycle.PredicateFailureReason(other) {
+		t.Fatalf("merged = %v", got)
+	}
+	if ir := got[2].(*lifecycle.InsufficientResourceError); *ir != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 4, Capacity: 4}) {
+		t.Errorf("device shortfall = %+v, want the device manager's", ir)
+	}
+}
