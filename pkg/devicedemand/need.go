@@ -1,6 +1,10 @@
 package devicedemand
 
-import "sort"
+import (
+	"sort"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+)
 
 // Need returns, per resource, how many devices not yet allocated to any pod
 // allocating every container in order takes. Only resources the pod takes
@@ -80,22 +84,9 @@ func Shortages(need map[string]int64, healthy, held map[string][]string) []Short
 		if n <= 0 {
 			continue
 		}
-		heldSet := map[string]struct{}{}
-		for _, id := range held[r] {
-			heldSet[id] = struct{}{}
-		}
-		capacity := map[string]struct{}{}
-		var used int64
-		for _, id := range healthy[r] {
-			if _, dup := capacity[id]; dup {
-				continue
-			}
-			capacity[id] = struct{}{}
-			if _, ok := heldSet[id]; ok {
-				used++
-			}
-		}
-		s := Shortage{Resource: r, Requested: n, Used: used, Capacity: int64(len(capacity))}
+		capacity := sets.New(healthy[r]...)
+		used := int64(capacity.Intersection(sets.New(held[r]...)).Len())
+		s := Shortage{Resource: r, Requested: n, Used: used, Capacity: int64(capacity.Len())}
 		if s.Missing() > 0 {
 			out = append(out, s)
 		}

@@ -150,23 +150,26 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 func (w *critletDevicePreemption) shortages(logger klog.Logger, attrs *lifecycle.PodAdmitAttributes) ([]devicedemand.Shortage, error) {
 	healthy := critletDeviceIDs(w.devices.GetAllocatableDevices(logger))
 	held := map[string][]string{}
-	for _, p := range append([]*v1.Pod{attrs.Pod}, attrs.OtherPods...) {
+	// own[container][r]: what the pod itself already holds, read once with
+	// everyone else's.
+	own := map[string]map[string]int64{}
+	for i, p := range append([]*v1.Pod{attrs.Pod}, attrs.OtherPods...) {
 		for _, name := range critletContainerNames(p) {
 			for r, ids := range critletDeviceIDs(w.devices.GetDevices(string(p.UID), name)) {
 				held[r] = append(held[r], ids...)
+				if i == 0 {
+					if own[name] == nil {
+						own[name] = map[string]int64{}
+					}
+					own[name][r] = int64(len(ids))
+				}
 			}
 		}
 	}
 	// What the device manager allocates: resources registered (healthy
 	// devices) or allocated before.
 	isDevice := func(r string) bool { return healthy[r] != nil || held[r] != nil }
-	containers := devicedemand.Containers(attrs.Pod, isDevice, func(container string) map[string]int64 {
-		counts := map[string]int64{}
-		for r, ids := range critletDeviceIDs(w.devices.GetDevices(string(attrs.Pod.UID), container)) {
-			counts[r] = int64(len(ids))
-		}
-		return counts
-	})
+	containers := devicedemand.Containers(attrs.Pod, isDevice, func(container string) map[string]int64 { return own[container] })
 	need, err := devicedemand.Need(containers)
 	if err != nil {
 		return nil, err

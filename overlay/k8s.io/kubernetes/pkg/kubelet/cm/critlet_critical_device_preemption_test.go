@@ -189,8 +189,10 @@ func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *
 		},
 		preempt:    k,
 		activePods: n.activePods(pods),
-		wait:       300 * time.Millisecond,
-		poll:       10 * time.Millisecond,
+		// Far beyond the few polls a lagging device manager needs, so a busy
+		// machine cannot make the wait run out.
+		wait: 10 * time.Second,
+		poll: 10 * time.Millisecond,
 	}
 	return n, pods, critical, k, w
 }
@@ -311,6 +313,10 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 			attrs := critletAdd(critical, pods)
 			tc.setup(n, k, &critical, attrs)
 			attrs.Pod = critical
+			if !n.freeable {
+				// Never freed: the wait's end is what is tested, not its length.
+				w.wait = 200 * time.Millisecond
+			}
 			got := w.Admit(context.Background(), attrs)
 			if got != tc.want {
 				t.Errorf("Admit = %+v, want %+v", got, tc.want)
