@@ -31,10 +31,7 @@ const testNamespace = "e2e"
 
 // Reasons and messages the kubelet uses; they are upstream's API, so the
 // tests name them rather than importing kubelet internals.
-const (
-	reasonPreempting = "Preempting" // event on a victim, and its status reason
-	configSourceKey  = "kubernetes.io/config.source"
-)
+const configSourceKey = "kubernetes.io/config.source"
 
 // result is one row of the report.
 type result struct {
@@ -396,18 +393,11 @@ func (e *env) expectPhase(p *v1.Pod, phase v1.PodPhase) *v1.Pod {
 	return cur
 }
 
-// victimExit says how a victim's process meets SIGTERM.
-type victimExit int
-
-const (
-	exitsOnTerm victimExit = iota // exits 0 (pause)
-	killed                        // ignores it and is killed after the grace period
-)
-
 // expectPreempted checks what the stock kubelet gives a preempted pod: the
 // phase its containers' exits give (Succeeded for one that exits 0 on
-// SIGTERM, as upstream's node e2e asserts; Failed with reason Preempting
-// for one killed after its grace period), the DisruptionTarget condition
+// SIGTERM, as upstream's node e2e asserts, unless the status race
+// checkVictimEnd names hits; Failed with reason Preempting for one killed
+// after its grace period), the DisruptionTarget condition
 // with reason TerminationByKubelet, and one Preempting event.
 func (e *env) expectPreempted(p *v1.Pod, exit victimExit) {
 	e.t.Helper()
@@ -422,11 +412,21 @@ func (e *env) expectPreempted(p *v1.Pod, exit victimExit) {
 func (e *env) expectTerminatedByPreemption(p *v1.Pod, exit victimExit) *v1.Pod {
 	e.t.Helper()
 	cur := e.waitPhase(p, 2*time.Minute, v1.PodSucceeded, v1.PodFailed)
-	switch {
-	case exit == exitsOnTerm && cur.Status.Phase != v1.PodSucceeded:
-		e.t.Errorf("victim %s exiting 0 on SIGTERM ended %s/%s, want Succeeded as the stock kubelet ends it", p.Name, cur.Status.Phase, cur.Status.Reason)
-	case exit == killed && (cur.Status.Phase != v1.PodFailed || cur.Status.Reason != reasonPreempting):
-		e.t.Errorf("killed victim %s ended %s/%s, want Failed/%s", p.Name, cur.Status.Phase, cur.Status.Reason, reasonPreempting)
+	// The containers' ends can reach the API a status write after the phase.
+	_ = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if victimEnded(cur.Status, exit) {
+			return true, nil
+		}
+		if next, err := e.get(p); err == nil {
+			cur = next
+		}
+		return false, nil
+	})
+	switch note, err := checkVictimEnd(cur.Status, exit); {
+	case err != nil:
+		e.t.Errorf("victim %s: %v", p.Name, err)
+	case note != "":
+		e.note("%s %s", p.Name, note)
 	}
 	e.row.recordPhase(p.Name, cur.Status.Phase)
 	var cond *v1.PodCondition
