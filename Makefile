@@ -96,7 +96,9 @@ test-vet: ## go vet, every build tag
 	go vet -trimpath -tags packagecheck ./test/package/
 	go vet -trimpath -tags buildcheck,releasecheck ./test/build/
 
-test-go: node-deps ## the unit tests (containerd is needed by one)
+# test-deps too: the scratch-root tests run rpm and busybox-static, and a
+# fresh machine has neither until test-cross (later in test-unit) asks.
+test-go: node-deps test-deps ## the unit tests (containerd, rpm and busybox-static are needed by some)
 	hack/go-test.sh unit -- -trimpath ./...
 
 # Upstream's pkg/kubelet and pkg/kubelet/cm compiled as the patched kubelet
