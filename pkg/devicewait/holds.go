@@ -1,0 +1,155 @@
+// Package devicewait decides which pods refused at admission wait for a
+// device plugin instead of failing, and when each is tried again or refused
+// for good. After a kubelet restart or a node reboot the kubelet admits its
+// pods before the device plugins have registered again, and the stock
+// kubelet fails every pod needing their devices for good
+// (kubernetes#117955, #125579, #133382). Within a window after the kubelet
+// starts, such a pod is held: tried again once every resource it waits for
+// is registered with healthy devices, refused with its last reason once
+// the window has closed.
+//
+// The package holds no kubelet state and does no I/O: the kubelet passes
+// the time, what the device manager offers, and each refusal; it runs the
+// admissions itself. Holds is not safe for concurrent use: the kubelet
+// calls it from its sync loop, where admissions run.
+package devicewait
+
+import (
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/critlet/critlet/pkg/readmission"
+)
+
+// Plugin is what the device manager offers of one device-plugin resource.
+type Plugin struct {
+	// Registered: a plugin has registered the resource with this kubelet.
+	Registered bool
+	// Healthy is how many of its devices the plugin reports healthy.
+	Healthy int64
+}
+
+// Waiting returns, sorted, the resources of need (devices per resource, as
+// devicedemand.Need counts them) whose plugin is not registered or has no
+// healthy device: the refusals the device manager gives before a plugin
+// is back. Empty means the pod's refusal is not for a missing plugin.
+// O(r log r) for r resources.
+func Waiting(need map[string]int64, plugins map[string]Plugin) []string {
+	var out []string
+	for res, n := range need {
+		if n <= 0 {
+			continue
+		}
+		if p := plugins[res]; !p.Registered || p.Healthy == 0 {
+			out = append(out, res)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Held is a pod waiting for device plugins.
+type Held struct {
+	UID types.UID
+	// Waiting lists the resources it waits for, as Waiting returned them.
+	Waiting []string
+	// Reason and Message are its last refusal's, as upstream gave them.
+	Reason, Message string
+	// Since is its first refusal; Retries counts the attempts refused since.
+	Since   time.Time
+	Retries int
+}
+
+type held struct {
+	Held
+	next time.Time
+}
+
+// Holds are the pods held in one kubelet's window.
+type Holds struct {
+	closes  time.Time
+	backoff readmission.Backoff
+	pods    map[types.UID]*held
+	// order keeps pods in order of first refusal, as the kubelet admits
+	// pods by creation time.
+	order []types.UID
+}
+
+// New returns the holds of a kubelet started at start, holding pods for
+// window after it; b spaces the attempts of a pod whose plugins are back
+// but which is refused for them again.
+func New(start time.Time, window time.Duration, b readmission.Backoff) *Holds {
+	return &Holds{closes: start.Add(window), backoff: b, pods: map[types.UID]*held{}}
+}
+
+// Closes returns when the window closes.
+func (h *Holds) Closes() time.Time { return h.closes }
+
+// Hold records that pod uid was refused at now, waiting for the resources
+// waiting, and reports whether it is held. It is not held once the window
+// has closed or when it waits for nothing: the caller refuses it as the
+// stock kubelet does (and forgets it, if it was held). A pod held already
+// (an attempt refused again) keeps its first refusal's time and waits one
+// backoff step more. O(1) but for the first hold, O(held).
+func (h *Holds) Hold(uid types.UID, waiting []string, reason, message string, now time.Time) bool {
+	if len(waiting) == 0 || !now.Before(h.closes) {
+		return false
+	}
+	p, ok := h.pods[uid]
+	if !ok {
+		p = &held{Held: Held{UID: uid, Since: now}, next: now}
+		h.pods[uid] = p
+		h.order = append(h.order, uid)
+	} else {
+		p.Retries++
+		p.next = now.Add(h.backoff.After(p.Retries))
+	}
+	p.Waiting, p.Reason, p.Message = slices.Clone(waiting), reason, message
+	return true
+}
+
+// Next returns, oldest first, the held pods to try again at now (every
+// resource each waits for registered with a healthy device, and its
+// backoff over) and, once the window has closed, every held pod to refuse
+// with its last reason; those are forgotten. Pods to try stay held until
+// the caller forgets them or holds them again. O(held × waited).
+func (h *Holds) Next(now time.Time, plugins map[string]Plugin) (retry, refuse []Held) {
+	if !now.Before(h.closes) {
+		for _, uid := range h.order {
+			refuse = append(refuse, h.pods[uid].Held)
+		}
+		h.pods, h.order = map[types.UID]*held{}, nil
+		return nil, refuse
+	}
+	for _, uid := range h.order {
+		p := h.pods[uid]
+		if now.Before(p.next) || !ready(p.Waiting, plugins) {
+			continue
+		}
+		retry = append(retry, p.Held)
+	}
+	return retry, nil
+}
+
+func ready(waiting []string, plugins map[string]Plugin) bool {
+	for _, res := range waiting {
+		if p := plugins[res]; !p.Registered || p.Healthy == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Forget drops pod uid: admitted, refused, deleted or changed. O(held).
+func (h *Holds) Forget(uid types.UID) {
+	if _, ok := h.pods[uid]; !ok {
+		return
+	}
+	delete(h.pods, uid)
+	h.order = slices.DeleteFunc(h.order, func(u types.UID) bool { return u == uid })
+}
+
+// Len returns how many pods are held.
+func (h *Holds) Len() int { return len(h.pods) }

@@ -1,0 +1,167 @@
+package devicewait
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/critlet/critlet/pkg/readmission"
+)
+
+const widget, gadget = "example.com/widget", "example.com/gadget"
+
+func TestWaiting(t *testing.T) {
+	cases := []struct {
+		name    string
+		need    map[string]int64
+		plugins map[string]Plugin
+		want    []string
+	}{
+		{"no plugin registered", map[string]int64{widget: 1, gadget: 2}, nil, []string{gadget, widget}},
+		{"registered, no healthy device", map[string]int64{widget: 1}, map[string]Plugin{widget: {Registered: true}}, []string{widget}},
+		{"registered and healthy, though short", map[string]int64{widget: 3}, map[string]Plugin{widget: {Registered: true, Healthy: 1}}, nil},
+		{"one of two back", map[string]int64{widget: 1, gadget: 1}, map[string]Plugin{widget: {Registered: true, Healthy: 4}}, []string{gadget}},
+		{"healthy count without registration", map[string]int64{widget: 1}, map[string]Plugin{widget: {Healthy: 4}}, []string{widget}},
+		{"nothing more needed", map[string]int64{widget: 0}, nil, nil},
+		{"no devices needed", nil, nil, nil},
+	}
+	for _, c := range cases {
+		if got := Waiting(c.need, c.plugins); !slices.Equal(got, c.want) {
+			t.Errorf("%s: Waiting = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+var start = time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+
+func newHolds() *Holds {
+	return New(start, 5*time.Minute, readmission.Backoff{First: 2 * time.Second, Max: time.Minute})
+}
+
+func uids(hs []Held) []types.UID {
+	var out []types.UID
+	for _, h := range hs {
+		out = append(out, h.UID)
+	}
+	return out
+}
+
+func TestHoldOnlyInTheWindowAndForAPlugin(t *testing.T) {
+	h := newHolds()
+	if got := h.Closes(); !got.Equal(start.Add(5 * time.Minute)) {
+		t.Fatalf("Closes = %v", got)
+	}
+	if h.Hold("a", nil, "UnexpectedAdmissionError", "m", start) {
+		t.Error("a pod waiting for no plugin was held")
+	}
+	if h.Hold("b", []string{widget}, "UnexpectedAdmissionError", "m", h.Closes()) {
+		t.Error("a pod was held as the window closed")
+	}
+	if !h.Hold("c", []string{widget}, "UnexpectedAdmissionError", "m", h.Closes().Add(-time.Nanosecond)) {
+		t.Error("a pod refused just before the window closed was not held")
+	}
+	if h.Len() != 1 {
+		t.Errorf("Len = %d, want 1", h.Len())
+	}
+}
+
+func TestRetriedOnceThePluginIsBack(t *testing.T) {
+	h := newHolds()
+	h.Hold("first", []string{widget}, "UnexpectedAdmissionError", "unregistered widget", start.Add(time.Second))
+	h.Hold("second", []string{gadget, widget}, "UnexpectedAdmissionError", "unregistered gadget", start.Add(2*time.Second))
+	now := start.Add(10 * time.Second)
+
+	retry, refuse := h.Next(now, map[string]Plugin{widget: {Registered: true}})
+	if len(retry)+len(refuse) != 0 {
+		t.Fatalf("with no healthy device: retry %v, refuse %v", uids(retry), uids(refuse))
+	}
+	retry, _ = h.Next(now, map[string]Plugin{widget: {Registered: true, Healthy: 2}})
+	if got := uids(retry); !slices.Equal(got, []types.UID{"first"}) {
+		t.Fatalf("widget back: retry %v, want [first]", got)
+	}
+	retry, _ = h.Next(now, map[string]Plugin{widget: {Registered: true, Healthy: 2}, gadget: {Registered: true, Healthy: 1}})
+	if got := uids(retry); !slices.Equal(got, []types.UID{"first", "second"}) {
+		t.Fatalf("both back: retry %v, want oldest first [first second]", got)
+	}
+	if retry[1].Reason != "UnexpectedAdmissionError" || retry[1].Message != "unregistered gadget" || !retry[1].Since.Equal(start.Add(2*time.Second)) {
+		t.Errorf("held pod's record: %+v", retry[1])
+	}
+	h.Forget("first")
+	h.Forget("first") // forgetting twice is harmless
+	h.Forget("never-held")
+	retry, _ = h.Next(now, map[string]Plugin{widget: {Registered: true, Healthy: 2}, gadget: {Registered: true, Healthy: 1}})
+	if got := uids(retry); !slices.Equal(got, []types.UID{"second"}) || h.Len() != 1 {
+		t.Errorf("after forgetting first: retry %v, Len %d", got, h.Len())
+	}
+}
+
+func TestRefusedAgainWaitsItsBackoff(t *testing.T) {
+	h := newHolds()
+	back := map[string]Plugin{widget: {Registered: true, Healthy: 1}}
+	h.Hold("p", []string{widget}, "UnexpectedAdmissionError", "unregistered", start)
+	now := start.Add(time.Second)
+	if retry, _ := h.Next(now, back); len(retry) != 1 {
+		t.Fatalf("first attempt once the plugin is back: %v", uids(retry))
+	}
+	// Tried and refused again (the plugin reported its devices unhealthy
+	// between the two calls): one backoff step, 2s.
+	if !h.Hold("p", []string{widget}, "UnexpectedAdmissionError", "no healthy devices", now) {
+		t.Fatal("refused again in the window, not held")
+	}
+	for _, c := range []struct {
+		at   time.Duration
+		want int
+	}{{time.Second, 0}, {2*time.Second - time.Nanosecond, 0}, {2 * time.Second, 1}} {
+		if retry, _ := h.Next(now.Add(c.at), back); len(retry) != c.want {
+			t.Errorf("%v after the second refusal: %d to retry, want %d", c.at, len(retry), c.want)
+		}
+	}
+	// The second re-refusal doubles the step.
+	later := now.Add(2 * time.Second)
+	h.Hold("p", []string{widget}, "UnexpectedAdmissionError", "no healthy devices", later)
+	if retry, _ := h.Next(later.Add(4*time.Second-time.Nanosecond), back); len(retry) != 0 {
+		t.Error("retried before the doubled step")
+	}
+	retry, _ := h.Next(later.Add(4*time.Second), back)
+	if len(retry) != 1 || retry[0].Retries != 2 || !retry[0].Since.Equal(start) || retry[0].Message != "no healthy devices" {
+		t.Errorf("after the doubled step: %+v", retry)
+	}
+}
+
+func TestWindowCloseRefusesEveryHeldPod(t *testing.T) {
+	h := newHolds()
+	h.Hold("a", []string{widget}, "UnexpectedAdmissionError", "ma", start)
+	h.Hold("b", []string{gadget}, "UnexpectedAdmissionError", "mb", start.Add(time.Minute))
+	h.Hold("a", []string{widget}, "UnexpectedAdmissionError", "ma2", start.Add(2*time.Minute))
+	back := map[string]Plugin{widget: {Registered: true, Healthy: 1}, gadget: {Registered: true, Healthy: 1}}
+	if _, refuse := h.Next(h.Closes().Add(-time.Nanosecond), nil); len(refuse) != 0 {
+		t.Fatalf("refused before the window closed: %v", uids(refuse))
+	}
+	// Even with the plugins back, a pod still held when the window closes is
+	// refused: its attempt had not come.
+	retry, refuse := h.Next(h.Closes(), back)
+	if len(retry) != 0 || !slices.Equal(uids(refuse), []types.UID{"a", "b"}) {
+		t.Fatalf("at the close: retry %v, refuse %v, want none and [a b]", uids(retry), uids(refuse))
+	}
+	if refuse[0].Message != "ma2" || refuse[1].Message != "mb" {
+		t.Errorf("refused with %q and %q, want each pod's last message", refuse[0].Message, refuse[1].Message)
+	}
+	if h.Len() != 0 {
+		t.Errorf("Len = %d after the close, want 0", h.Len())
+	}
+	if _, refuse := h.Next(h.Closes().Add(time.Hour), back); len(refuse) != 0 {
+		t.Errorf("refused twice: %v", uids(refuse))
+	}
+}
+
+func TestHoldKeepsItsOwnCopy(t *testing.T) {
+	h := newHolds()
+	waiting := []string{widget}
+	h.Hold("p", waiting, "r", "m", start)
+	waiting[0] = gadget
+	if retry, _ := h.Next(start, map[string]Plugin{widget: {Registered: true, Healthy: 1}}); len(retry) != 1 || retry[0].Waiting[0] != widget {
+		t.Errorf("the caller's slice changed what the pod waits for: %+v", retry)
+	}
+}
