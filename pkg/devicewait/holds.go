@@ -23,26 +23,16 @@ import (
 	"github.com/critlet/critlet/pkg/readmission"
 )
 
-// Plugin is what the device manager offers of one device-plugin resource.
-type Plugin struct {
-	// Registered: a plugin has registered the resource with this kubelet.
-	Registered bool
-	// Healthy is how many of its devices the plugin reports healthy.
-	Healthy int64
-}
-
 // Waiting returns, sorted, the resources of need (devices per resource, as
-// devicedemand.Need counts them) whose plugin is not registered or has no
-// healthy device: the refusals the device manager gives before a plugin
-// is back. Empty means the pod's refusal is not for a missing plugin.
-// O(r log r) for r resources.
-func Waiting(need map[string]int64, plugins map[string]Plugin) []string {
+// devicedemand.Need counts them) of which healthy (the device manager's
+// healthy devices per resource) has none: the device manager refuses such
+// a pod before the resource's plugin has registered, or while it reports
+// no healthy device. Empty means the pod's refusal is not for a missing
+// plugin. O(r log r) for r resources.
+func Waiting(need, healthy map[string]int64) []string {
 	var out []string
 	for res, n := range need {
-		if n <= 0 {
-			continue
-		}
-		if p := plugins[res]; !p.Registered || p.Healthy == 0 {
+		if n > 0 && healthy[res] == 0 {
 			out = append(out, res)
 		}
 	}
@@ -110,12 +100,11 @@ func (h *Holds) Hold(uid types.UID, waiting []string, reason, message string, no
 	return true
 }
 
-// Next returns, oldest first, the held pods to try again at now (every
-// resource each waits for registered with a healthy device, and its
-// backoff over) and, once the window has closed, every held pod to refuse
+// Next returns, oldest first, the held pods to try again at now (healthy
+// has a device of every resource each waits for, and its backoff is over) and, once the window has closed, every held pod to refuse
 // with its last reason; those are forgotten. Pods to try stay held until
 // the caller forgets them or holds them again. O(held × waited).
-func (h *Holds) Next(now time.Time, plugins map[string]Plugin) (retry, refuse []Held) {
+func (h *Holds) Next(now time.Time, healthy map[string]int64) (retry, refuse []Held) {
 	if !now.Before(h.closes) {
 		for _, uid := range h.order {
 			refuse = append(refuse, h.pods[uid].Held)
@@ -125,21 +114,12 @@ func (h *Holds) Next(now time.Time, plugins map[string]Plugin) (retry, refuse []
 	}
 	for _, uid := range h.order {
 		p := h.pods[uid]
-		if now.Before(p.next) || !ready(p.Waiting, plugins) {
+		if now.Before(p.next) || slices.ContainsFunc(p.Waiting, func(res string) bool { return healthy[res] == 0 }) {
 			continue
 		}
 		retry = append(retry, p.Held)
 	}
 	return retry, nil
-}
-
-func ready(waiting []string, plugins map[string]Plugin) bool {
-	for _, res := range waiting {
-		if p := plugins[res]; !p.Registered || p.Healthy == 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // Forget drops pod uid: admitted, refused, deleted or changed. O(held).

@@ -16,19 +16,18 @@ func TestWaiting(t *testing.T) {
 	cases := []struct {
 		name    string
 		need    map[string]int64
-		plugins map[string]Plugin
+		healthy map[string]int64
 		want    []string
 	}{
-		{"no plugin registered", map[string]int64{widget: 1, gadget: 2}, nil, []string{gadget, widget}},
-		{"registered, no healthy device", map[string]int64{widget: 1}, map[string]Plugin{widget: {Registered: true}}, []string{widget}},
-		{"registered and healthy, though short", map[string]int64{widget: 3}, map[string]Plugin{widget: {Registered: true, Healthy: 1}}, nil},
-		{"one of two back", map[string]int64{widget: 1, gadget: 1}, map[string]Plugin{widget: {Registered: true, Healthy: 4}}, []string{gadget}},
-		{"healthy count without registration", map[string]int64{widget: 1}, map[string]Plugin{widget: {Healthy: 4}}, []string{widget}},
+		{"no plugin back", map[string]int64{widget: 1, gadget: 2}, nil, []string{gadget, widget}},
+		{"no healthy device", map[string]int64{widget: 1}, map[string]int64{widget: 0}, []string{widget}},
+		{"healthy devices, though short", map[string]int64{widget: 3}, map[string]int64{widget: 1}, nil},
+		{"one of two back", map[string]int64{widget: 1, gadget: 1}, map[string]int64{widget: 4}, []string{gadget}},
 		{"nothing more needed", map[string]int64{widget: 0}, nil, nil},
 		{"no devices needed", nil, nil, nil},
 	}
 	for _, c := range cases {
-		if got := Waiting(c.need, c.plugins); !slices.Equal(got, c.want) {
+		if got := Waiting(c.need, c.healthy); !slices.Equal(got, c.want) {
 			t.Errorf("%s: Waiting = %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -73,15 +72,15 @@ func TestRetriedOnceThePluginIsBack(t *testing.T) {
 	h.Hold("second", []string{gadget, widget}, "UnexpectedAdmissionError", "unregistered gadget", start.Add(2*time.Second))
 	now := start.Add(10 * time.Second)
 
-	retry, refuse := h.Next(now, map[string]Plugin{widget: {Registered: true}})
+	retry, refuse := h.Next(now, map[string]int64{widget: 0})
 	if len(retry)+len(refuse) != 0 {
 		t.Fatalf("with no healthy device: retry %v, refuse %v", uids(retry), uids(refuse))
 	}
-	retry, _ = h.Next(now, map[string]Plugin{widget: {Registered: true, Healthy: 2}})
+	retry, _ = h.Next(now, map[string]int64{widget: 2})
 	if got := uids(retry); !slices.Equal(got, []types.UID{"first"}) {
 		t.Fatalf("widget back: retry %v, want [first]", got)
 	}
-	retry, _ = h.Next(now, map[string]Plugin{widget: {Registered: true, Healthy: 2}, gadget: {Registered: true, Healthy: 1}})
+	retry, _ = h.Next(now, map[string]int64{widget: 2, gadget: 1})
 	if got := uids(retry); !slices.Equal(got, []types.UID{"first", "second"}) {
 		t.Fatalf("both back: retry %v, want oldest first [first second]", got)
 	}
@@ -91,7 +90,7 @@ func TestRetriedOnceThePluginIsBack(t *testing.T) {
 	h.Forget("first")
 	h.Forget("first") // forgetting twice is harmless
 	h.Forget("never-held")
-	retry, _ = h.Next(now, map[string]Plugin{widget: {Registered: true, Healthy: 2}, gadget: {Registered: true, Healthy: 1}})
+	retry, _ = h.Next(now, map[string]int64{widget: 2, gadget: 1})
 	if got := uids(retry); !slices.Equal(got, []types.UID{"second"}) || h.Len() != 1 {
 		t.Errorf("after forgetting first: retry %v, Len %d", got, h.Len())
 	}
@@ -99,7 +98,7 @@ func TestRetriedOnceThePluginIsBack(t *testing.T) {
 
 func TestRefusedAgainWaitsItsBackoff(t *testing.T) {
 	h := newHolds()
-	back := map[string]Plugin{widget: {Registered: true, Healthy: 1}}
+	back := map[string]int64{widget: 1}
 	h.Hold("p", []string{widget}, "UnexpectedAdmissionError", "unregistered", start)
 	now := start.Add(time.Second)
 	if retry, _ := h.Next(now, back); len(retry) != 1 {
@@ -135,7 +134,7 @@ func TestWindowCloseRefusesEveryHeldPod(t *testing.T) {
 	h.Hold("a", []string{widget}, "UnexpectedAdmissionError", "ma", start)
 	h.Hold("b", []string{gadget}, "UnexpectedAdmissionError", "mb", start.Add(time.Minute))
 	h.Hold("a", []string{widget}, "UnexpectedAdmissionError", "ma2", start.Add(2*time.Minute))
-	back := map[string]Plugin{widget: {Registered: true, Healthy: 1}, gadget: {Registered: true, Healthy: 1}}
+	back := map[string]int64{widget: 1, gadget: 1}
 	if _, refuse := h.Next(h.Closes().Add(-time.Nanosecond), nil); len(refuse) != 0 {
 		t.Fatalf("refused before the window closed: %v", uids(refuse))
 	}
@@ -161,7 +160,7 @@ func TestHoldKeepsItsOwnCopy(t *testing.T) {
 	waiting := []string{widget}
 	h.Hold("p", waiting, "r", "m", start)
 	waiting[0] = gadget
-	if retry, _ := h.Next(start, map[string]Plugin{widget: {Registered: true, Healthy: 1}}); len(retry) != 1 || retry[0].Waiting[0] != widget {
+	if retry, _ := h.Next(start, map[string]int64{widget: 1}); len(retry) != 1 || retry[0].Waiting[0] != widget {
 		t.Errorf("the caller's slice changed what the pod waits for: %+v", retry)
 	}
 }
