@@ -20,6 +20,6 @@ args=(-modfile="$BUILD_MODFILE" -trimpath -buildvcs=false -overlay="$overlay" -t
   "${UPSTREAM_MODULE}/pkg/kubelet" "${UPSTREAM_MODULE}/pkg/kubelet/cm")
 # The settings the patches read, as the kubelet main would publish them
 # (the patches' test files publish what these variables say).
-on=(CRITLET_STATIC_POD_READMISSION=true CRITLET_PREEMPTION_RESUME=true CRITLET_PREEMPTION_OUTAGE_RECOVERY=true CRITLET_PREEMPTION_DEVICES=true)
+on=(CRITLET_STATIC_POD_READMISSION=true CRITLET_PREEMPTION_RESUME=true CRITLET_PREEMPTION_OUTAGE_RECOVERY=true CRITLET_PREEMPTION_DEVICES=true CRITLET_DEVICE_READMISSION=true)
 hack/go-test.sh patched-kubelet-off -- "${args[@]}"
 env "${on[@]}" hack/go-test.sh patched-kubelet-on -- "${args[@]}"

@@ -147,3 +147,16 @@ func (n *Node) RemoveContainer(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// RemovePodSandboxes leaves the runtime as a reboot leaves it, for a
+// kubelet that is stopped: every pod sandbox and container gone, while the
+// kubelet's directory (its checkpoints) and the pods in the API are kept.
+func (n *Node) RemovePodSandboxes(ctx context.Context) error {
+	if n.KubeletAlive() {
+		return fmt.Errorf("removing pod sandboxes: stop the kubelet first")
+	}
+	if err := n.removeSandboxes(ctx); err != nil {
+		return fmt.Errorf("removing pod sandboxes: %w", err)
+	}
+	return nil
+}

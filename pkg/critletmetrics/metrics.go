@@ -96,6 +96,14 @@ var DevicePreemptions = metrics.NewCounterVec(&metrics.CounterOpts{
 	StabilityLevel: metrics.ALPHA,
 }, []string{"result"})
 
+// The device-readmission patch's.
+var DeviceReadmissions = metrics.NewCounterVec(&metrics.CounterOpts{
+	Subsystem:      subsystem,
+	Name:           "device_readmissions_total",
+	Help:           "Pods refused for a device plugin not back yet that critlet's device-readmission took up, by result: held (each refusal that holds a pod, retries included), admitted, refused (refused again for something else, or deleted while held) or window_closed (still held when the window closed).",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"result"})
+
 var registerOnce sync.Once
 
 // Register adds every metric above to the registry the kubelet serves on
@@ -103,6 +111,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(SelectionDuration, AdmissionDuration, VictimsPerAdmission, KillFailures, Replans,
-			ResumedPreemptions, OutageWaits, UnreachableKillRetries, ReadmissionAttempts, DevicePreemptions)
+			ResumedPreemptions, OutageWaits, UnreachableKillRetries, ReadmissionAttempts, DevicePreemptions,
+			DeviceReadmissions)
 	})
 }

@@ -16,6 +16,7 @@ package devicewait
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -38,6 +39,21 @@ func Waiting(need, healthy map[string]int64) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// The device manager's refusals while a resource's plugin is away: not
+// registered (again), or registered with no healthy device. Other handlers
+// refuse with the same reason (UnexpectedAdmissionError), and the device
+// manager for other causes, so the message tells them apart.
+var pluginAwayErrors = []string{
+	"cannot allocate unregistered device ",
+	"no healthy devices present; cannot allocate unhealthy devices ",
+}
+
+// PluginAway reports whether message, an admission refusal's, is the
+// device manager's refusal for a resource whose plugin is away.
+func PluginAway(message string) bool {
+	return slices.ContainsFunc(pluginAwayErrors, func(e string) bool { return strings.Contains(message, e) })
 }
 
 // Held is a pod waiting for device plugins.
@@ -129,6 +145,12 @@ func (h *Holds) Forget(uid types.UID) {
 	}
 	delete(h.pods, uid)
 	h.order = slices.DeleteFunc(h.order, func(u types.UID) bool { return u == uid })
+}
+
+// Has reports whether pod uid is held. O(1).
+func (h *Holds) Has(uid types.UID) bool {
+	_, ok := h.pods[uid]
+	return ok
 }
 
 // Len returns how many pods are held.

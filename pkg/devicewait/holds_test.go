@@ -1,7 +1,11 @@
 package devicewait
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,8 +91,14 @@ func TestRetriedOnceThePluginIsBack(t *testing.T) {
 	if retry[1].Reason != "UnexpectedAdmissionError" || retry[1].Message != "unregistered gadget" || !retry[1].Since.Equal(start.Add(2*time.Second)) {
 		t.Errorf("held pod's record: %+v", retry[1])
 	}
+	if !h.Has("first") || !h.Has("second") || h.Has("never-held") {
+		t.Errorf("Has: first %v, second %v, never-held %v", h.Has("first"), h.Has("second"), h.Has("never-held"))
+	}
 	h.Forget("first")
 	h.Forget("first") // forgetting twice is harmless
+	if h.Has("first") {
+		t.Error("a forgotten pod is still held")
+	}
 	h.Forget("never-held")
 	retry, _ = h.Next(now, map[string]int64{widget: 2, gadget: 1})
 	if got := uids(retry); !slices.Equal(got, []types.UID{"second"}) || h.Len() != 1 {
@@ -162,5 +172,39 @@ func TestHoldKeepsItsOwnCopy(t *testing.T) {
 	waiting[0] = gadget
 	if retry, _ := h.Next(start, map[string]int64{widget: 1}); len(retry) != 1 || retry[0].Waiting[0] != widget {
 		t.Errorf("the caller's slice changed what the pod waits for: %+v", retry)
+	}
+}
+
+func TestPluginAway(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"Allocate failed due to cannot allocate unregistered device example.com/widget, which is unexpected":                                                   true,
+		"Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/widget, which is unexpected":                         true,
+		"Allocate failed due to requested number of devices unavailable for example.com/widget. Requested: 2, Available: 1, which is unexpected":               false,
+		"Allocate failed due to previously allocated devices are no longer healthy; cannot allocate unhealthy devices example.com/widget, which is unexpected": false,
+		"Update plugin resources failed due to Allocation failed, which is unexpected.":                                                                        false,
+		"": false,
+	} {
+		if got := PluginAway(msg); got != want {
+			t.Errorf("PluginAway(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}
+
+// TestPluginAwayErrorsAreTheDeviceManagers: each text PluginAway looks for
+// is one the pinned upstream device manager refuses with, so a reworded
+// upstream fails here rather than silently holding nothing.
+func TestPluginAwayErrorsAreTheDeviceManagers(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes").Output()
+	if err != nil {
+		t.Fatalf("locating the upstream module: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "pkg/kubelet/cm/devicemanager/manager.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range pluginAwayErrors {
+		if !strings.Contains(string(src), `fmt.Errorf("`+e+`%s", resource)`) {
+			t.Errorf("upstream's device manager no longer refuses with %q", e)
+		}
 	}
 }

@@ -6,7 +6,7 @@ const critletModule = "github.com/critlet/critlet"
 // overlay generator, the build checks, the kubelet's guard, its settings
 // and its settings line all read it. Each patch is also named below, for
 // the code that asks whether it is on.
-var Patches = []Patch{CriticalPodAdmission, StaticPodReadmission, PreemptionResume, OutageRecovery, CriticalDevicePreemption}
+var Patches = []Patch{CriticalPodAdmission, StaticPodReadmission, PreemptionResume, OutageRecovery, CriticalDevicePreemption, DeviceReadmission}
 
 var (
 	CriticalPodAdmission = Patch{
@@ -158,6 +158,65 @@ var (
 			From: UpstreamModule + "/pkg/kubelet.NewMainKubelet",
 			To:   UpstreamModule + "/pkg/kubelet/cm.CritletPreemptDevices",
 		}},
+	}
+	DeviceReadmission = Patch{
+		Name:   "device-readmission",
+		Change: "a pod refused at admission because a device plugin it needs is not back yet (no healthy device of its resource), within a window after the kubelet starts, is held rather than failed and admitted again through every admit handler once the plugin is back; refused with upstream's reason when the window closes",
+		Issues: []string{
+			"https://github.com/kubernetes/kubernetes/issues/117955",
+			"https://github.com/kubernetes/kubernetes/issues/125579",
+			"https://github.com/kubernetes/kubernetes/issues/133382",
+			"https://github.com/kubernetes/kubernetes/issues/138446",
+		},
+		Setting:     "critical-device-readmission",
+		SettingHelp: "Hold a pod that the container manager refuses because a device plugin it needs has no healthy device yet (not registered again after a kubelet restart or a reboot), during --critical-device-readmission-window after the kubelet starts, and admit it again through every admit handler once the plugin is back; refused with the device manager's reason when the window closes; off (default), the pod fails at once, as with the stock kubelet.",
+		Package:     "pkg/kubelet",
+		Hooks: []Hook{
+			{
+				// Before the refusal is written: a held pod is neither
+				// rejected nor handed to the pod workers.
+				File: "pkg/kubelet/kubelet.go",
+				Func: "(*Kubelet).HandlePodAdditions",
+				Line: "if ok, reason, message := kl.allocationManager.AddPod(ctx, kl.GetActivePods(), pod); !ok {",
+				Call: "if kl.critletHoldForDevices(ctx, pod, reason, message) { continue }",
+			},
+			{
+				// Housekeeping, on the sync loop's goroutine as admissions
+				// are, once all pod sources are ready.
+				File: "pkg/kubelet/kubelet.go",
+				Func: "(*Kubelet).syncLoopIteration",
+				Line: `logger.V(4).Info("SyncLoop (housekeeping)")`,
+				Call: "kl.critletRetryHeldForDevices(ctx)",
+			},
+			{
+				// Housekeeping starts every active pod the pod workers do
+				// not know; a held pod is not active.
+				File: "pkg/kubelet/kubelet_pods.go",
+				Func: "(*Kubelet).HandlePodCleanups",
+				Line: "activePods := kl.filterOutInactivePods(allPods)",
+				Call: "activePods = kl.critletNotHeldForDevices(activePods)",
+			},
+			{
+				// Pod syncs reach pods of the pod manager that the pod
+				// workers may not know (the container manager's device
+				// updates name a held pod holding checkpointed devices);
+				// a sync would start a held pod unadmitted.
+				File: "pkg/kubelet/kubelet.go",
+				Func: "(*Kubelet).HandlePodSyncs",
+				Line: "pod, mirrorPod, wasMirror := kl.podManager.GetPodAndMirrorPod(pod)",
+				Call: "if kl.critletHeldForDevicesNow(pod) { continue }",
+			},
+		},
+		Proof: []Reach{
+			{
+				From: UpstreamModule + "/pkg/kubelet.(*Kubelet).HandlePodAdditions",
+				To:   critletModule + "/pkg/devicewait.(*Holds).Hold",
+			},
+			{
+				From: UpstreamModule + "/pkg/kubelet.(*Kubelet).syncLoopIteration",
+				To:   critletModule + "/pkg/devicewait.(*Holds).Next",
+			},
+		},
 	}
 )
 

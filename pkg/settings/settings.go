@@ -45,6 +45,10 @@ type Settings struct {
 	// resources no longer count as freed. 0 waits as long as the kubelet's
 	// pod workers do (1.5 times the grace period, at least 10s).
 	KillTimeout time.Duration
+	// DeviceReadmissionWindow is how long after the kubelet starts a pod
+	// refused for a device plugin that is not back yet is held, with
+	// device-readmission on.
+	DeviceReadmissionWindow time.Duration
 	// switches has bit i set when patched.Patches[i], an opt-in patch, is
 	// on. A bit set keeps Settings comparable and safe to copy.
 	switches uint64
@@ -55,6 +59,9 @@ const (
 	MaxParallelism = 256
 	MaxReplans     = 16
 	MaxKillTimeout = time.Hour
+
+	MinDeviceReadmissionWindow = time.Second
+	MaxDeviceReadmissionWindow = time.Hour
 )
 
 // Defaults are the table's defaults: decisions exactly as the stock

@@ -177,6 +177,8 @@ func TestTableDeclaresEachSettingOnce(t *testing.T) {
 		"critical-preemption-outage-recovery": "CRITLET_PREEMPTION_OUTAGE_RECOVERY",
 		"critical-static-pod-readmission":     "CRITLET_STATIC_POD_READMISSION",
 		"critical-preemption-devices":         "CRITLET_PREEMPTION_DEVICES",
+		"critical-device-readmission":         "CRITLET_DEVICE_READMISSION",
+		FlagDeviceReadmissionWindow:           "CRITLET_DEVICE_READMISSION_WINDOW",
 	}
 	for flag, env := range want {
 		if !seen[flag] {
@@ -198,6 +200,7 @@ func TestRangesAndSettingsLine(t *testing.T) {
 	none := func(string) (string, bool) { return "", false }
 	for _, arg := range []string{"--critical-preemption-parallelism=0", "--critical-preemption-parallelism=257",
 		"--critical-preemption-max-replans=-1", "--critical-preemption-max-replans=17",
+		"--critical-device-readmission-window=999ms", "--critical-device-readmission-window=61m", "--critical-device-readmission-window=0",
 		"--critical-preemption-kill-timeout=-1s", "--critical-preemption-kill-timeout=61m",
 		"--critical-preemption-policy=fair", "--critical-preemption-parallelism=two"} {
 		if _, _, err := FromArgs([]string{arg}, none); err == nil {

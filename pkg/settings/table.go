@@ -17,12 +17,14 @@ const (
 	FlagParallelism = "critical-preemption-parallelism"
 	FlagMaxReplans  = "critical-preemption-max-replans"
 	FlagKillTimeout = "critical-preemption-kill-timeout"
+
+	FlagDeviceReadmissionWindow = "critical-device-readmission-window"
 )
 
 // flagPrefixes start every critlet flag (checked by the package's tests):
 // an argument with one of them is critlet's, so a misspelt one is refused
 // by name rather than passed to the kubelet.
-var flagPrefixes = []string{"critical-preemption-", "critical-static-pod-"}
+var flagPrefixes = []string{"critical-preemption-", "critical-static-pod-", "critical-device-"}
 
 // setting is one of critlet's flags, declared once.
 type setting struct {
@@ -63,6 +65,17 @@ var table = append([]setting{
 		def:   "0s",
 		help:  "How long admission waits for one victim before counting it as failed (the kubelet keeps terminating it), never less than the victim's grace period plus 2s; 0 waits as long as the kubelet's pod workers do.",
 		value: func(s *Settings) pflag.Value { return durationIn{&s.KillTimeout, MaxKillTimeout} },
+	},
+	{
+		// Long enough for a node's device plugins to start after a reboot
+		// (their images pulled, their devices probed), short enough that a
+		// pod whose plugin never comes back is refused within minutes.
+		flag: FlagDeviceReadmissionWindow,
+		def:  "5m",
+		help: fmt.Sprintf("With --critical-device-readmission, how long after the kubelet starts a pod refused for a device plugin that is not back yet is held rather than failed, %s to %s.", MinDeviceReadmissionWindow, MaxDeviceReadmissionWindow),
+		value: func(s *Settings) pflag.Value {
+			return durationBetween{&s.DeviceReadmissionWindow, MinDeviceReadmissionWindow, MaxDeviceReadmissionWindow}
+		},
 	},
 }, switches()...)
 
@@ -105,6 +118,26 @@ func (v policyValue) Set(s string) error {
 		return err
 	}
 	*v.p = p
+	return nil
+}
+
+// durationBetween is a duration flag limited to [min, max].
+type durationBetween struct {
+	p        *time.Duration
+	min, max time.Duration
+}
+
+func (v durationBetween) String() string { return v.p.String() }
+func (v durationBetween) Type() string   { return "duration" }
+func (v durationBetween) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < v.min || d > v.max {
+		return fmt.Errorf("%s is out of range: want %s to %s", d, v.min, v.max)
+	}
+	*v.p = d
 	return nil
 }
 

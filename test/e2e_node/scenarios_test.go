@@ -604,6 +604,17 @@ func (e *env) priorityPolicy(byPriority bool) {
 // has had allocated so far.
 func (e *env) startDevicePlugin(resource string, ids ...string) (allocated func() []string) {
 	e.t.Helper()
+	allocated, stop := e.runDevicePlugin(resource, ids...)
+	e.t.Cleanup(stop)
+	return allocated
+}
+
+// runDevicePlugin starts upstream's device-plugin stub offering ids of
+// resource, healthy, and registers it with the kubelet. allocated lists
+// the device IDs the kubelet's Allocate calls asked for; stop stops the
+// plugin (its socket removed, as a plugin that exits leaves it), once.
+func (e *env) runDevicePlugin(resource string, ids ...string) (allocated func() []string, stop func()) {
+	e.t.Helper()
 	dir := suite.Config().DevicePluginDir()
 	var devs []*pluginapi.Device
 	for _, id := range ids {
@@ -626,20 +637,24 @@ func (e *env) startDevicePlugin(resource string, ids ...string) (allocated func(
 	if err := stub.Start(e.ctx); err != nil {
 		e.t.Fatalf("starting the device plugin: %v", err)
 	}
-	e.t.Cleanup(func() {
-		if err := stub.Stop(logger); err != nil {
-			e.t.Errorf("stopping the device plugin: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			if err := stub.Stop(logger); err != nil {
+				e.t.Errorf("stopping the device plugin: %v", err)
+			}
+		})
+	}
 	// The kubelet's socket, as the host sees its device-plugin directory.
 	if err := stub.Register(e.ctx, filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket)), resource, dir); err != nil {
+		stop()
 		e.t.Fatalf("registering the device plugin: %v", err)
 	}
 	return func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(got)
-	}
+	}, stop
 }
 
 func (e *env) ensureRuntimeClass(handler string) {

@@ -16,6 +16,7 @@ package kubelet
 import (
 	"context"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -102,12 +103,6 @@ func (kl *Kubelet) critletRetryRefusedAdmissions(ctx context.Context) {
 		}
 		q.Forget(pod.UID)
 		critletmetrics.ReadmissionAttempts.WithLabelValues("admitted").Inc()
-		recordPodLevelResourcesAdmission(pod)
-		resizing := utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScaling)
-		var pendingResize bool
-		if resizing {
-			_, pendingResize = kl.allocationManager.UpdatePodFromAllocation(pod)
-		}
 		// The refusal left the pod Failed in the status manager, which would
 		// hold the pod worker to that phase; a static pod's cached phase may
 		// go back (the status manager does not lock static pods' phases), and
@@ -117,18 +112,33 @@ func (kl *Kubelet) critletRetryRefusedAdmissions(ctx context.Context) {
 			"Admitted after %d refusals (last: %s)", at.Refusals, at.LastReason)
 		logger.Info("Static pod admitted again", "pod", klog.KObj(pod), "podUID", pod.UID,
 			"refusals", at.Refusals, "lastReason", at.LastReason, "podsLeft", at.PodsLeft)
-		kl.podWorkers.UpdatePod(ctx, UpdatePodOptions{
-			Pod:        pod,
-			MirrorPod:  mirrorPod,
-			UpdateType: kubetypes.SyncPodCreate,
-			StartTime:  start,
-		})
-		if resizing {
-			kl.statusManager.BackfillPodResizeConditions([]*v1.Pod{pod})
-			if pendingResize {
-				kl.allocationManager.PushPendingResize(logger, pod.UID)
-				kl.allocationManager.RetryPendingResizes(ctx, allocation.TriggerReasonPodsAdded)
-			}
+		kl.critletStartAdmitted(ctx, pod, mirrorPod, start)
+	}
+}
+
+// critletStartAdmitted takes the steps HandlePodAdditions takes after it
+// admits a pod: the pod-level resources metric, the pod updated from its
+// allocation, the pod handed to the pod workers as a new pod, and pending
+// resizes. Re-admissions call it: they admit outside HandlePodAdditions.
+func (kl *Kubelet) critletStartAdmitted(ctx context.Context, pod, mirrorPod *v1.Pod, start time.Time) {
+	logger := klog.FromContext(ctx)
+	recordPodLevelResourcesAdmission(pod)
+	resizing := utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScaling)
+	var pendingResize bool
+	if resizing {
+		_, pendingResize = kl.allocationManager.UpdatePodFromAllocation(pod)
+	}
+	kl.podWorkers.UpdatePod(ctx, UpdatePodOptions{
+		Pod:        pod,
+		MirrorPod:  mirrorPod,
+		UpdateType: kubetypes.SyncPodCreate,
+		StartTime:  start,
+	})
+	if resizing {
+		kl.statusManager.BackfillPodResizeConditions([]*v1.Pod{pod})
+		if pendingResize {
+			kl.allocationManager.PushPendingResize(logger, pod.UID)
+			kl.allocationManager.RetryPendingResizes(ctx, allocation.TriggerReasonPodsAdded)
 		}
 	}
 }

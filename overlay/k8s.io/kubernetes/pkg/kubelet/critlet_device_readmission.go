@@ -1,0 +1,223 @@
+//go:build critlet_patch
+
+package kubelet
+
+// critlet's device-readmission patch (pkg/patched): after a kubelet restart
+// or a node reboot the kubelet admits its pods before the device plugins
+// have registered again, and the device manager refuses every pod needing
+// their devices ("cannot allocate unregistered device", "no healthy
+// devices present"); the stock kubelet fails them for good
+// (kubernetes#117955, #125579, #133382). With the setting on, such a pod,
+// refused within the window after the kubelet starts, is held: neither
+// rejected nor handed to the pod workers, it is admitted again once its
+// plugins are back, through every admit handler, and refused with its last
+// reason when the window closes. Package devicewait decides; this file
+// reads the device manager and the pod manager and acts.
+//
+// Four hooks reach this file, all on the sync loop's goroutine, so a retry
+// never races an admission: HandlePodAdditions before it rejects a pod,
+// housekeeping (every two seconds once all pod sources are ready) before it
+// cleans up and where it lists the active pods, and HandlePodSyncs. With
+// the setting off they return at once and nothing else here runs.
+//
+// A held pod is in the pod manager but has no allocation (one checkpointed
+// before a reboot is removed) and no pod worker. The kubelet passes over
+// such pods when they are updated (with InPlacePodVerticalScaling, on by
+// default: without it a held pod's update would start it unadmitted, so
+// pods are not held then). Housekeeping would start it as an active pod
+// the pod workers do not know, and a sync (the container manager names it
+// when its checkpointed devices change health) would start it too: it is
+// not counted active in housekeeping, and its syncs are skipped. It stays
+// active for the device manager, which keeps its checkpointed devices.
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+
+	"github.com/critlet/critlet/pkg/critletmetrics"
+	"github.com/critlet/critlet/pkg/devicedemand"
+	"github.com/critlet/critlet/pkg/devicewait"
+	"github.com/critlet/critlet/pkg/kubeletstate"
+	"github.com/critlet/critlet/pkg/patched"
+	"github.com/critlet/critlet/pkg/readmission"
+)
+
+// Event reasons on a held pod.
+const (
+	critletReasonWaitingForDevicePlugin = "WaitingForDevicePlugin"
+	critletReasonAdmittedAfterPlugin    = "AdmittedAfterDevicePlugin"
+)
+
+var (
+	critletDeviceHoldsMu sync.Mutex
+	critletDeviceHolds   *devicewait.Holds
+)
+
+// critletHeldForDevices returns the pods held for device plugins, or nil
+// when the patch is off. The window opens at the first call, when the
+// sync loop first admits pods or does housekeeping, moments after the
+// kubelet starts.
+func (kl *Kubelet) critletHeldForDevices() *devicewait.Holds {
+	s := kubeletstate.Get().Settings
+	if !s.On(patched.DeviceReadmission) || !utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScaling) {
+		return nil
+	}
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	if critletDeviceHolds == nil {
+		critletDeviceHolds = devicewait.New(kl.clock.Now(), s.DeviceReadmissionWindow, readmission.DefaultBackoff)
+	}
+	return critletDeviceHolds
+}
+
+// critletHoldForDevices is called by HandlePodAdditions when admission has
+// refused pod, before it rejects it. It reports whether the pod is held:
+// refused by the device manager for a plugin that is away (unregistered, or
+// no healthy device) while a resource the pod requests has no healthy
+// device, within the window.
+func (kl *Kubelet) critletHoldForDevices(ctx context.Context, pod *v1.Pod, reason, message string) bool {
+	h := kl.critletHeldForDevices()
+	if h == nil || reason != lifecycle.UnexpectedAdmissionError || !devicewait.PluginAway(message) {
+		return false
+	}
+	logger := klog.FromContext(ctx)
+	waiting := devicewait.Waiting(critletDeviceRequests(pod), kl.critletHealthyDevices(logger))
+	if !h.Hold(pod.UID, waiting, reason, message, kl.clock.Now()) {
+		return false
+	}
+	// A pod admitted before a reboot still has its allocation checkpointed;
+	// held, it must look unadmitted everywhere (the kubelet passes over
+	// unallocated pods' updates), and its admission allocates it again.
+	kl.allocationManager.RemovePod(logger, pod.UID)
+	critletmetrics.DeviceReadmissions.WithLabelValues("held").Inc()
+	kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeWarning, critletReasonWaitingForDevicePlugin,
+		"Admission waits until %s for the device plugins of %v: %s", h.Closes().UTC().Format("15:04:05"), waiting, message)
+	logger.Info("Pod refused for device plugins that are not back yet; critlet holds it until they are or the window closes",
+		"pod", klog.KObj(pod), "podUID", pod.UID, "waitingFor", waiting, "reason", reason, "message", message, "windowCloses", h.Closes())
+	return true
+}
+
+// critletRetryHeldForDevices runs at the start of housekeeping: it admits
+// again the held pods whose plugins are back, exactly as HandlePodAdditions
+// takes a new pod, and rejects with their last reason those still held
+// when the window closes, and those deleted meanwhile (so that their
+// deletion completes, as for any refused pod).
+func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
+	h := kl.critletHeldForDevices()
+	if h == nil || h.Len() == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	healthy := kl.critletHealthyDevices(logger)
+	retry, refuse := h.Next(kl.clock.Now(), healthy)
+	for _, held := range refuse {
+		if pod, ok := kl.critletHeldPod(held.UID); ok {
+			logger.Info("Device plugins not back when the window closed; refusing the held pod", "pod", klog.KObj(pod), "podUID", pod.UID,
+				"waitingFor", held.Waiting, "reason", held.Reason, "heldSince", held.Since)
+			kl.critletRejectHeld(ctx, pod, held.Reason, held.Message)
+			critletmetrics.DeviceReadmissions.WithLabelValues("window_closed").Inc()
+		}
+	}
+	for _, held := range retry {
+		pod, ok := kl.critletHeldPod(held.UID)
+		if !ok {
+			h.Forget(held.UID)
+			logger.V(2).Info("Held pod forgotten: it is gone or no longer pending", "podUID", held.UID)
+			continue
+		}
+		if pod.DeletionTimestamp != nil {
+			h.Forget(pod.UID)
+			kl.critletRejectHeld(ctx, pod, held.Reason, held.Message)
+			critletmetrics.DeviceReadmissions.WithLabelValues("refused").Inc()
+			continue
+		}
+		start := kl.clock.Now()
+		ok, reason, message := kl.allocationManager.AddPod(ctx, kl.GetActivePods(), pod)
+		if !ok {
+			if reason == lifecycle.UnexpectedAdmissionError && devicewait.PluginAway(message) &&
+				h.Hold(pod.UID, devicewait.Waiting(critletDeviceRequests(pod), healthy), reason, message, start) {
+				critletmetrics.DeviceReadmissions.WithLabelValues("held").Inc()
+				logger.Info("Held pod refused again for device plugins; it stays held", "pod", klog.KObj(pod), "podUID", pod.UID, "message", message)
+				continue
+			}
+			h.Forget(pod.UID)
+			kl.critletRejectHeld(ctx, pod, reason, message)
+			critletmetrics.DeviceReadmissions.WithLabelValues("refused").Inc()
+			continue
+		}
+		h.Forget(pod.UID)
+		critletmetrics.DeviceReadmissions.WithLabelValues("admitted").Inc()
+		_, mirrorPod, _ := kl.podManager.GetPodAndMirrorPod(pod)
+		kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonAdmittedAfterPlugin,
+			"Admitted once the device plugins of %v were back (held since %s)", held.Waiting, held.Since.UTC().Format("15:04:05"))
+		logger.Info("Held pod admitted: its device plugins are back", "pod", klog.KObj(pod), "podUID", pod.UID,
+			"waitedFor", held.Waiting, "heldSince", held.Since, "retries", held.Retries)
+		kl.critletStartAdmitted(ctx, pod, mirrorPod, start)
+	}
+}
+
+// critletNotHeldForDevices returns active less the pods held.
+func (kl *Kubelet) critletNotHeldForDevices(active []*v1.Pod) []*v1.Pod {
+	h := kl.critletHeldForDevices()
+	if h == nil || h.Len() == 0 {
+		return active
+	}
+	return slices.DeleteFunc(slices.Clone(active), func(p *v1.Pod) bool { return h.Has(p.UID) })
+}
+
+// critletHeldForDevicesNow reports whether pod (nil for a mirror pod whose
+// static pod is gone) is held, for HandlePodSyncs to pass it over.
+func (kl *Kubelet) critletHeldForDevicesNow(pod *v1.Pod) bool {
+	h := kl.critletHeldForDevices()
+	return h != nil && pod != nil && h.Has(pod.UID)
+}
+
+// critletRejectHeld refuses a held pod as HandlePodAdditions refuses one,
+// static-pod-readmission's retry included.
+func (kl *Kubelet) critletRejectHeld(ctx context.Context, pod *v1.Pod, reason, message string) {
+	kl.rejectPod(ctx, pod, reason, message)
+	recordAdmissionRejection(reason)
+	kl.critletAdmissionRefused(ctx, pod, reason)
+}
+
+// critletHeldPod returns the pod of a held UID while it is still the pod
+// that was held: in the pod manager, never admitted, not terminal.
+func (kl *Kubelet) critletHeldPod(uid types.UID) (*v1.Pod, bool) {
+	pod, ok := kl.podManager.GetPodByUID(uid)
+	if !ok || kl.podWorkers.IsPodKnownTerminated(uid) || kl.allocationManager.HasPodAllocatedResources(uid) || kl.isAdmittedPodTerminal(pod) {
+		return nil, false
+	}
+	return pod, true
+}
+
+// critletHealthyDevices counts the device manager's healthy devices per
+// resource (its allocatable devices: a read without side effects).
+func (kl *Kubelet) critletHealthyDevices(logger klog.Logger) map[string]int64 {
+	out := map[string]int64{}
+	for _, d := range kl.containerManager.GetAllocatableDevices(logger) {
+		out[d.ResourceName] += int64(len(d.DeviceIds))
+	}
+	return out
+}
+
+// critletDeviceRequests is how many devices of each extended resource pod
+// requests, as the device manager counts a new pod's (init containers'
+// devices reused): the devices it needs whether or not it held some before
+// the restart, since a plugin not back offers none.
+func critletDeviceRequests(pod *v1.Pod) map[string]int64 {
+	isExtended := func(res string) bool { return v1helper.IsExtendedResourceName(v1.ResourceName(res)) }
+	need, err := devicedemand.Need(devicedemand.Containers(pod, isExtended, func(string) map[string]int64 { return nil }))
+	if err != nil {
+		return nil
+	}
+	return need
+}

@@ -1,0 +1,282 @@
+//go:build critlet_patch
+
+package kubelet
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubernetes/pkg/kubelet/cm"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	"k8s.io/kubernetes/test/utils/ktesting"
+
+	"github.com/critlet/critlet/pkg/patched"
+	critletsettings "github.com/critlet/critlet/pkg/settings"
+)
+
+const critletWidget = "example.com/widget"
+
+// critletPluginState plays a device plugin for both sides of the kubelet:
+// the container manager's healthy devices, and the allocate handler that
+// refuses as the device manager does while the plugin is not back.
+type critletPluginState struct {
+	mu      sync.Mutex
+	healthy int
+	other   string // a refusal for something else than devices, when set
+	// short: the device manager refuses for devices held by other pods,
+	// with the plugin there.
+	short bool
+	asked int
+}
+
+func (s *critletPluginState) Admit(context.Context, *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked++
+	switch {
+	case s.other != "":
+		return lifecycle.PodAdmitResult{Reason: s.other, Message: "no room"}
+	case s.short:
+		return lifecycle.PodAdmitResult{Reason: lifecycle.UnexpectedAdmissionError,
+			Message: "Allocate failed due to requested number of devices unavailable for " + critletWidget + ". Requested: 1, Available: 0, which is unexpected"}
+	case s.healthy == 0:
+		return lifecycle.PodAdmitResult{Reason: lifecycle.UnexpectedAdmissionError,
+			Message: "Allocate failed due to cannot allocate unregistered device " + critletWidget + ", which is unexpected"}
+	}
+	return lifecycle.PodAdmitResult{Admit: true}
+}
+
+func (s *critletPluginState) set(healthy int, other string) (asked int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.healthy, s.other = healthy, other
+	return s.asked
+}
+
+type critletDevicesCM struct {
+	cm.ContainerManager
+	plugin *critletPluginState
+}
+
+func (c critletDevicesCM) GetAllocatableDevices(klog.Logger) []*podresourcesapi.ContainerDevices {
+	c.plugin.mu.Lock()
+	defer c.plugin.mu.Unlock()
+	if c.plugin.healthy == 0 {
+		return nil
+	}
+	ids := make([]string, c.plugin.healthy)
+	for i := range ids {
+		ids[i] = "widget-" + string(rune('0'+i))
+	}
+	return []*podresourcesapi.ContainerDevices{{ResourceName: critletWidget, DeviceIds: ids}}
+}
+
+// critletDeviceKubelet is a test kubelet whose one device plugin is down,
+// with device-readmission set as on says (window 1m).
+func critletDeviceKubelet(t *testing.T, on bool) (*TestKubelet, *critletPluginState, *record.FakeRecorder) {
+	critletSettings(t, func(o *critletsettings.Settings) {
+		*o = o.With(patched.DeviceReadmission, on)
+		o.DeviceReadmissionWindow = time.Minute
+	})
+	critletDeviceHoldsMu.Lock()
+	critletDeviceHolds = nil
+	critletDeviceHoldsMu.Unlock()
+	t.Cleanup(func() {
+		critletDeviceHoldsMu.Lock()
+		critletDeviceHolds = nil
+		critletDeviceHoldsMu.Unlock()
+	})
+	testKubelet := newTestKubelet(t, false)
+	t.Cleanup(testKubelet.Cleanup)
+	kl := testKubelet.kubelet
+	kl.nodeLister = testNodeLister{nodes: []*v1.Node{{
+		ObjectMeta: metav1.ObjectMeta{Name: string(kl.nodeName)},
+		Status:     v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourcePods: *resource.NewQuantity(110, resource.DecimalSI)}},
+	}}}
+	plugin := &critletPluginState{}
+	kl.containerManager = critletDevicesCM{kl.containerManager, plugin}
+	kl.allocationManager.AddPodAdmitHandlers(lifecycle.PodAdmitHandlers{plugin})
+	recorder := record.NewFakeRecorder(100)
+	kl.recorder = recorder
+	return testKubelet, plugin, recorder
+}
+
+func critletWidgetPod(name string) *v1.Pod {
+	one := v1.ResourceList{critletWidget: resource.MustParse("1")}
+	return podWithUIDNameNsSpec(types.UID(name), name, "default", v1.PodSpec{
+		Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: one, Limits: one}}},
+	})
+}
+
+func critletEvents(r *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-r.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func critletHasEvent(events []string, reason string) bool {
+	for _, e := range events {
+		if strings.Contains(e, " "+reason+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// A pod refused while its device plugin is not back is held (no status, no
+// allocation, even one checkpointed before a reboot), tried again through the admit handlers once the plugin has
+// healthy devices, and admitted then.
+func TestCritletHeldPodAdmittedOnceThePluginIsBack(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, plugin, recorder := critletDeviceKubelet(t, true)
+	kl := testKubelet.kubelet
+	pod := critletWidgetPod("gpu-user")
+	// Admitted before a reboot: its allocation is checkpointed.
+	if err := kl.allocationManager.SetAllocatedResources(klog.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+	// Neither a sync (the container manager names pods whose devices change
+	// health) nor housekeeping starts it.
+	kl.HandlePodSyncs(tCtx, []*v1.Pod{pod})
+	if err := kl.HandlePodCleanups(tCtx); err != nil {
+		t.Fatal(err)
+	}
+	if _, found := kl.statusManager.GetPodStatus(pod.UID); found {
+		t.Fatal("the held pod has a status: it was rejected or synced")
+	}
+	if kl.allocationManager.HasPodAllocatedResources(pod.UID) {
+		t.Fatal("the held pod has an allocation: the kubelet would start it on its next update")
+	}
+	if !critletHasEvent(critletEvents(recorder), critletReasonWaitingForDevicePlugin) {
+		t.Error("no WaitingForDevicePlugin event on the held pod")
+	}
+	// Housekeeping starts active pods the pod workers do not know: the held
+	// pod is active for the kubelet (the device manager keeps its devices)
+	// but not where housekeeping looks.
+	isHeld := func(p *v1.Pod) bool { return p.UID == pod.UID }
+	if !slices.ContainsFunc(kl.GetActivePods(), isHeld) || slices.ContainsFunc(kl.critletNotHeldForDevices(kl.GetActivePods()), isHeld) {
+		t.Fatal("the held pod is not left out of housekeeping's active pods")
+	}
+	// Housekeeping while the plugin is still away: nothing is tried.
+	testKubelet.fakeClock.Step(10 * time.Second)
+	kl.critletRetryHeldForDevices(tCtx)
+	if asked := plugin.set(0, ""); asked != 1 {
+		t.Fatalf("admission asked %d times while the plugin was away, want the first refusal only", asked)
+	}
+	plugin.set(2, "")
+	kl.critletRetryHeldForDevices(tCtx)
+	if asked := plugin.set(2, ""); asked != 2 {
+		t.Fatalf("admission asked %d times once the plugin was back, want 2: the retry must go through the admit handlers", asked)
+	}
+	if !kl.allocationManager.HasPodAllocatedResources(pod.UID) {
+		t.Fatal("the pod was not admitted once its plugin was back")
+	}
+	if n := kl.critletHeldForDevices().Len(); n != 0 {
+		t.Errorf("%d pods still held after the admission", n)
+	}
+	if !critletHasEvent(critletEvents(recorder), critletReasonAdmittedAfterPlugin) {
+		t.Error("no AdmittedAfterDevicePlugin event")
+	}
+}
+
+// Refused with the device manager's own reason when the window closes with
+// the plugin still away; refused at once for anything but devices, after
+// the window, and with the setting off.
+func TestCritletHeldPodRefusedAsUpstreamOtherwise(t *testing.T) {
+	t.Run("window closes", func(t *testing.T) {
+		tCtx := ktesting.Init(t)
+		testKubelet, _, _ := critletDeviceKubelet(t, true)
+		kl := testKubelet.kubelet
+		pod := critletWidgetPod("never-back")
+		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+		testKubelet.fakeClock.Step(time.Minute)
+		kl.critletRetryHeldForDevices(tCtx)
+		checkPodStatus(t, kl, pod, v1.PodFailed)
+		status, _ := kl.statusManager.GetPodStatus(pod.UID)
+		if status.Reason != lifecycle.UnexpectedAdmissionError || !strings.Contains(status.Message, "unregistered device") {
+			t.Errorf("refused with %s: %s, want the device manager's refusal", status.Reason, status.Message)
+		}
+	})
+	t.Run("refused again for something else", func(t *testing.T) {
+		tCtx := ktesting.Init(t)
+		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+		kl := testKubelet.kubelet
+		pod := critletWidgetPod("no-room")
+		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+		plugin.set(1, "OutOfcpu")
+		kl.critletRetryHeldForDevices(tCtx)
+		checkPodStatus(t, kl, pod, v1.PodFailed)
+		if status, _ := kl.statusManager.GetPodStatus(pod.UID); status.Reason != "OutOfcpu" {
+			t.Errorf("refused with %s, want the retry's reason OutOfcpu", status.Reason)
+		}
+	})
+	t.Run("deleted while held", func(t *testing.T) {
+		tCtx := ktesting.Init(t)
+		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+		kl := testKubelet.kubelet
+		pod := critletWidgetPod("deleted")
+		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+		deleted := pod.DeepCopy()
+		deleted.DeletionTimestamp = &metav1.Time{Time: testKubelet.fakeClock.Now()}
+		kl.podManager.UpdatePod(deleted)
+		plugin.set(1, "")
+		kl.critletRetryHeldForDevices(tCtx)
+		checkPodStatus(t, kl, pod, v1.PodFailed)
+		if kl.allocationManager.HasPodAllocatedResources(pod.UID) {
+			t.Error("a pod deleted while held was admitted")
+		}
+	})
+	for _, c := range []struct {
+		name  string
+		on    bool
+		after time.Duration
+		other string
+		short bool
+	}{
+		{"off", false, 0, "", false},
+		{"after the window", true, time.Minute, "", false},
+		{"not for devices", true, 0, "OutOfcpu", false},
+		// The device manager's refusal, but not for a plugin that is away
+		// (the test's container manager offers no healthy device either).
+		{"devices held by other pods", true, 0, "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tCtx := ktesting.Init(t)
+			testKubelet, plugin, _ := critletDeviceKubelet(t, c.on)
+			kl := testKubelet.kubelet
+			if c.on {
+				kl.critletRetryHeldForDevices(tCtx) // the window opens
+			}
+			testKubelet.fakeClock.Step(c.after)
+			plugin.set(0, c.other)
+			plugin.mu.Lock()
+			plugin.short = c.short
+			plugin.mu.Unlock()
+			pod := critletWidgetPod("refused")
+			kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+			checkPodStatus(t, kl, pod, v1.PodFailed)
+			if h := kl.critletHeldForDevices(); h != nil && h.Len() != 0 {
+				t.Errorf("%d pods held", h.Len())
+			}
+		})
+	}
+}
