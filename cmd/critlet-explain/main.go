@@ -84,6 +84,10 @@ func exitCode(ctx context.Context, err error) int {
 type flags struct {
 	kubeconfig, node, nodeFile, podsFile, pod, policy, output string
 	static                                                    bool
+	// devicePreemption: explain as a kubelet run with the device patch's
+	// setting; notDevices: extended resources without a device plugin.
+	devicePreemption bool
+	notDevices       []string
 	// requestTimeout bounds each request to the API server;
 	// requestTimeoutSet: given on the command line.
 	requestTimeout    time.Duration
@@ -113,6 +117,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.StringVar(&f.podsFile, "pods-file", "", "the pods offline, as kubectl get pods -A -o yaml|json writes them (pods of other nodes are ignored)")
 	fs.StringVar(&f.pod, "pod", "", "the pod's manifest, as written for kubectl apply; - reads standard input")
 	fs.BoolVar(&f.static, "static", false, "the pod is a static pod (critical whatever its priority)")
+	fs.BoolVar(&f.devicePreemption, "critical-preemption-devices", false, "explain as a kubelet run with --critical-preemption-devices: a critical pod short of device-plugin devices preempts their holders (default: refused before preemption, as by the stock kubelet)")
+	fs.StringSliceVar(&f.notDevices, "not-device-resource", nil, "an extended resource the node advertises without a device plugin, weighed by the admission predicate alone (repeatable); every other extended resource is taken for a device plugin's")
 	fs.StringVar(&f.policy, "policy", "", "plan with this policy only: "+policyNames()+" (default: each)")
 	fs.StringVarP(&f.output, "output", "o", "text", "output format: "+strings.Join(explain.Formats, ", "))
 	fs.DurationVar(&f.requestTimeout, "request-timeout", defaultRequestTimeout, "how long each request to the API server may take, as 10s or 2m; past it the server counts as not answering (exit status 4)")
@@ -176,7 +182,7 @@ func explainPod(ctx context.Context, f flags, stdin io.Reader) (*explain.Explana
 	if err != nil {
 		return nil, fmt.Errorf("--pod %s: %w", f.pod, err)
 	}
-	in := explain.Input{Pod: pod, Static: f.static, Policies: policies}
+	in := explain.Input{Pod: pod, Static: f.static, Policies: policies, DevicePreemption: f.devicePreemption, NotDevices: f.notDevices}
 	var lookup explain.ClassLookup
 	if offline {
 		if in.Node, in.Pods, err = readOffline(f.nodeFile, f.podsFile); err != nil {

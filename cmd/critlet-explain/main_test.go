@@ -38,7 +38,7 @@ func TestTable(t *testing.T) {
 		"Verdict: admitted after preemption",
 		"SHORTFALL   MISSING   REQUESTED   USED    CAPACITY\ncpu         300m      1500m       2800m   4",
 		"Policy upstream: 1 victim(s), in the order they are terminated; they free cpu 1.\nVICTIM        NAMESPACE   QOS         PRIORITY   CPU   MEMORY\nburst-large   shop        Burstable   1000       1     1Gi\n",
-		"Policy priority: 1 victim(s), in the order they are terminated; they free cpu 1500m.\nVICTIM   NAMESPACE   QOS          PRIORITY   CPU     MEMORY\nguar-1   shop        Guaranteed   0          1500m   2Gi\n",
+		"Policy priority: 1 victim(s), in the order they are terminated; they free cpu 1500m.\nVICTIM   NAMESPACE   QOS          PRIORITY   CPU     MEMORY   DEVICES\nguar-1   shop        Guaranteed   0          1500m   2Gi      example.com/dongle=1\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)

@@ -13,6 +13,7 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/critlet/critlet/pkg/devicedemand"
 	"github.com/critlet/critlet/pkg/planning"
 	"github.com/critlet/critlet/pkg/victims"
 )
@@ -29,6 +30,14 @@ type Input struct {
 	Static bool
 	// Policies to plan with, in order; at least one.
 	Policies []victims.Policy
+	// DevicePreemption: the kubelet runs with --critical-preemption-devices,
+	// so a critical pod short of devices preempts their holders; without
+	// it the allocate handler refuses the pod, as the stock kubelet does.
+	DevicePreemption bool
+	// NotDevices names extended resources the node advertises without a
+	// device plugin; every other extended resource is taken for a device
+	// plugin's.
+	NotDevices []string
 }
 
 // InputError is input Explain cannot work with: the command reports it as
@@ -67,20 +76,35 @@ func Explain(ctx context.Context, in Input) (*Explanation, error) {
 			klog.KObj(pod), priorityOf(pod), scheduling.SystemCriticalPriority)
 	}
 	active := ActivePods(in.Node.Name, in.Pods, pod)
+	devices, err := newDeviceView(in.Node, active, in.NotDevices)
+	if err != nil {
+		return nil, err
+	}
 	ex := &Explanation{
 		APIVersion: APIVersion, Kind: Kind, Node: in.Node.Name, ActivePods: len(active),
 		Pod: PodRef{Namespace: pod.Namespace, Name: pod.Name, Priority: priorityOf(pod), PriorityClassName: pod.Spec.PriorityClassName, Static: in.Static},
 	}
-	h := &planner{policies: in.Policies, active: active}
-	admit := lifecycle.NewPredicateAdmitHandler(
-		func(context.Context, bool) (*v1.Node, error) { return in.Node, nil },
-		h,
-		// The kubelet's hook adds device-plugin devices that are allocated
-		// but missing from the node's allocatable; the API's view of the
-		// node is all there is here.
-		func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error { return nil },
-	)
-	res := admit.Admit(ctx, &lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: active, Operation: lifecycle.AddOperation})
+	attrs := &lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: active, Operation: lifecycle.AddOperation}
+	predicate := func(failures lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitResult {
+		return lifecycle.NewPredicateAdmitHandler(
+			func(context.Context, bool) (*v1.Node, error) { return in.Node, nil },
+			failures,
+			// The kubelet's hook adds device-plugin devices that are
+			// allocated but missing from the node's allocatable; the API's
+			// view of the node is all there is here.
+			func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error { return nil },
+		).Admit(ctx, attrs)
+	}
+	h := &planner{policies: in.Policies, active: active, devices: devices}
+	// The container manager's allocate handler comes before the predicate.
+	refused, short, err := devices.allocate(pod)
+	if err != nil {
+		return nil, err
+	}
+	if refused != nil {
+		return explainDeviceRefusal(ctx, ex, pod, in.DevicePreemption, *refused, short, predicate, h)
+	}
+	res := predicate(h)
 	if h.err != nil {
 		return nil, h.err
 	}
@@ -98,12 +122,67 @@ func Explain(ctx context.Context, in Input) (*Explanation, error) {
 	return ex, nil
 }
 
+// explainDeviceRefusal completes ex for a pod the allocate handler refuses:
+// rejected with its refusal, unless devicePreemption finds victims for the
+// devices short together with what the predicate says the pod lacks, as
+// the critical-preemption-devices patch does.
+func explainDeviceRefusal(ctx context.Context, ex *Explanation, pod *v1.Pod, devicePreemption bool, refused lifecycle.PodAdmitResult, short []devicedemand.Shortage,
+	predicate func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitResult, h *planner) (*Explanation, error) {
+	ex.Verdict, ex.Reason, ex.Message = Rejected, refused.Reason, refused.Message
+	for _, s := range short {
+		ex.Shortfall = append(ex.Shortfall, Shortage{Resource: s.Resource, Device: true, Missing: s.Missing(), Requested: s.Requested, Used: s.Used, Capacity: s.Capacity})
+	}
+	if !devicePreemption || len(short) == 0 {
+		return ex, nil
+	}
+	capture := &capturedFailures{}
+	if res := predicate(capture); !res.Admit && capture.reasons == nil {
+		// Refused before any resource was weighed.
+		return ex, nil
+	}
+	for _, r := range capture.reasons {
+		if _, ok := r.(*lifecycle.InsufficientResourceError); !ok {
+			// A reason preemption cannot fix: the patch preempts nothing.
+			return ex, nil
+		}
+	}
+	_, err := h.HandleAdmissionFailure(ctx, pod, planning.DeviceShortfall(capture.reasons, short), lifecycle.AddOperation)
+	if h.err != nil {
+		return nil, h.err
+	}
+	ex.Shortfall, ex.Policies = h.shortfall, h.plans
+	for i := range ex.Shortfall {
+		for _, s := range short {
+			if s.Resource == ex.Shortfall[i].Resource {
+				ex.Shortfall[i].Device = true
+			}
+		}
+	}
+	if err == nil {
+		ex.Verdict, ex.Reason, ex.Message = AdmittedAfterPreemption, "", h.message
+	}
+	// Else no set of pods frees enough: the patch refuses as upstream.
+	return ex, nil
+}
+
+// capturedFailures keeps the reasons the predicate would hand the
+// critical-pod handler, and fixes nothing.
+type capturedFailures struct {
+	reasons []lifecycle.PredicateFailureReason
+}
+
+func (c *capturedFailures) HandleAdmissionFailure(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, _ lifecycle.Operation) ([]lifecycle.PredicateFailureReason, error) {
+	c.reasons = reasons
+	return reasons, nil
+}
+
 // planner stands in for the kubelet's admission failure handler: it makes
 // the same decision as the critical-pod handler, with each policy, and
 // preempts nothing.
 type planner struct {
 	policies []victims.Policy
 	active   []*v1.Pod
+	devices  deviceView
 
 	called    bool
 	shortfall []Shortage
@@ -146,7 +225,7 @@ func (p *planner) HandleAdmissionFailure(_ context.Context, admitPod *v1.Pod, re
 		} else {
 			plan.Freed = map[string]int64{}
 			for _, pod := range pods {
-				plan.Victims = append(plan.Victims, victimOf(pod))
+				plan.Victims = append(plan.Victims, victimOf(pod, p.devices))
 				for _, r := range reqs {
 					plan.Freed[r.Resource] += planning.Request(pod, v1.ResourceName(r.Resource))
 				}
@@ -159,11 +238,12 @@ func (p *planner) HandleAdmissionFailure(_ context.Context, admitPod *v1.Pod, re
 	return nil, first
 }
 
-func victimOf(pod *v1.Pod) Victim {
+func victimOf(pod *v1.Pod, devices deviceView) Victim {
 	return Victim{
 		Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
 		QOS: v1qos.GetPodQOS(pod), Priority: priorityOf(pod),
 		CPU: planning.Request(pod, v1.ResourceCPU), Memory: planning.Request(pod, v1.ResourceMemory),
+		Devices: devices.deviceRequests(pod),
 	}
 }
 

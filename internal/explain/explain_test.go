@@ -97,6 +97,9 @@ func TestExplainFixtures(t *testing.T) {
 	tests := []struct {
 		name, pod string
 		static    bool
+		// devicePreemption and notDevices: Input's.
+		devicePreemption bool
+		notDevices       []string
 		// maxPods, when set, replaces the node's allocatable pods.
 		maxPods string
 		want    want
@@ -117,16 +120,67 @@ func TestExplainFixtures(t *testing.T) {
 			priority:  []string{"shop/guar-1"},
 		},
 	}, {
-		// Both dongles are held, by burst-small and guar-1. Upstream and the
-		// priority policy (both priority 0) spare the Guaranteed pod since a
-		// Burstable one covers the need: burst-small, at distance 0.
-		name: "extended resource short",
+		// Both dongles are held, by burst-small and guar-1. The container
+		// manager's allocate handler refuses the pod before the predicate
+		// weighs it: nothing is preempted, as on the stock kubelet.
+		name: "device short",
 		pod:  agent("{cpu: 100m, example.com/dongle: 1}"),
+		want: want{
+			verdict:   Rejected,
+			reason:    "UnexpectedAdmissionError",
+			shortfall: []Shortage{{Resource: "example.com/dongle", Device: true, Missing: 1, Requested: 1, Used: 2, Capacity: 2}},
+		},
+	}, {
+		// With --critical-preemption-devices: upstream and the priority
+		// policy (both priority 0) spare the Guaranteed pod since a
+		// Burstable one covers the need: burst-small, at distance 0.
+		name:             "device short, device preemption",
+		devicePreemption: true,
+		pod:              agent("{cpu: 100m, example.com/dongle: 1}"),
+		want: want{
+			verdict:   AdmittedAfterPreemption,
+			shortfall: []Shortage{{Resource: "example.com/dongle", Device: true, Missing: 1, Requested: 1, Used: 2, Capacity: 2}},
+			upstream:  []string{"default/burst-small"},
+			priority:  []string{"default/burst-small"},
+		},
+	}, {
+		// Advertised without a device plugin: the predicate alone weighs
+		// it, and the critical-pod handler preempts for it on any kubelet.
+		name:       "extended resource, not a device plugin's",
+		notDevices: []string{"example.com/dongle"},
+		pod:        agent("{cpu: 100m, example.com/dongle: 1}"),
 		want: want{
 			verdict:   AdmittedAfterPreemption,
 			shortfall: []Shortage{{Resource: "example.com/dongle", Missing: 1, Requested: 1, Used: 2, Capacity: 2}},
 			upstream:  []string{"default/burst-small"},
 			priority:  []string{"default/burst-small"},
+		},
+	}, {
+		// cpu 1300m (100m short) and a dongle with device preemption: one
+		// selection for both. burst-small frees 200m and a dongle.
+		name:             "device and cpu short, device preemption",
+		devicePreemption: true,
+		pod:              agent("{cpu: 1300m, example.com/dongle: 1}"),
+		want: want{
+			verdict: AdmittedAfterPreemption,
+			shortfall: []Shortage{
+				{Resource: "cpu", Missing: 100, Requested: 1300, Used: 2800, Capacity: 4000},
+				{Resource: "example.com/dongle", Device: true, Missing: 1, Requested: 1, Used: 2, Capacity: 2},
+			},
+			upstream: []string{"default/burst-small"},
+			priority: []string{"default/burst-small"},
+		},
+	}, {
+		// Three dongles on a node of two: no set of pods frees enough, so
+		// the patch refuses as upstream, with the allocate handler's
+		// refusal.
+		name:             "more devices than the node has, device preemption",
+		devicePreemption: true,
+		pod:              agent("{cpu: 100m, example.com/dongle: 3}"),
+		want: want{
+			verdict:   Rejected,
+			reason:    "UnexpectedAdmissionError",
+			shortfall: []Shortage{{Resource: "example.com/dongle", Device: true, Missing: 3, Requested: 3, Used: 2, Capacity: 2}},
 		},
 	}, {
 		// cpu 3 against 1200m free: 1800m short. Burstable pods hold
@@ -230,7 +284,8 @@ spec:
 			if tc.maxPods != "" {
 				node.Status.Allocatable[v1.ResourcePods] = resource.MustParse(tc.maxPods)
 			}
-			ex, err := Explain(context.Background(), Input{Node: node, Pods: pods, Pod: podFrom(t, tc.pod), Static: tc.static, Policies: victims.Policies})
+			ex, err := Explain(context.Background(), Input{Node: node, Pods: pods, Pod: podFrom(t, tc.pod), Static: tc.static, Policies: victims.Policies,
+				DevicePreemption: tc.devicePreemption, NotDevices: tc.notDevices})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	corev1defaults "k8s.io/kubernetes/pkg/apis/core/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -41,8 +42,10 @@ func DecodePods(data []byte) ([]*v1.Pod, error) {
 	return pods, nil
 }
 
-// DecodePod decodes the one Pod of a manifest. Without a namespace it is
-// in default, where kubectl apply puts it under the default context.
+// DecodePod decodes the one Pod of a manifest and defaults it as the API
+// server does before the kubelet sees it (a container's requests taken
+// from its limits where it sets none, among others). Without a namespace
+// it is in default, where kubectl apply puts it under the default context.
 func DecodePod(data []byte) (*v1.Pod, error) {
 	pod, err := decodeOne[v1.Pod](data, "Pod")
 	if err != nil {
@@ -51,6 +54,7 @@ func DecodePod(data []byte) (*v1.Pod, error) {
 	if pod.Namespace == "" {
 		pod.Namespace = v1.NamespaceDefault
 	}
+	corev1defaults.SetObjectDefaults_Pod(pod)
 	return pod, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
@@ -186,5 +187,18 @@ func TestYAMLAliases(t *testing.T) {
 	}
 	if !reflect.DeepEqual(aliased, written) {
 		t.Errorf("aliased:\n%v\nwant, as written out:\n%v", aliased, written)
+	}
+}
+
+// A manifest's pod is defaulted as the API server defaults it before the
+// kubelet sees it: limits alone stand for requests.
+func TestDecodePodDefaultsAsTheAPIServer(t *testing.T) {
+	pod, err := DecodePod([]byte(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"1300m","example.com/dongle":"1"}}}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := pod.Spec.Containers[0].Resources.Requests
+	if req.Cpu().MilliValue() != 1300 || req.Name("example.com/dongle", resource.DecimalSI).Value() != 1 {
+		t.Errorf("requests %v, want the limits", req)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -57,6 +59,9 @@ func printText(w io.Writer, ex *Explanation) error {
 		fmt.Fprintf(&b, "Verdict: admitted after preemption (%s).\n", ex.Message)
 	default:
 		fmt.Fprintf(&b, "Verdict: rejected, %s: %s\n", ex.Reason, ex.Message)
+		if len(ex.Policies) == 0 && deviceShort(ex) {
+			b.WriteString("The container manager refuses it before preemption: only a kubelet run with --critical-preemption-devices preempts device holders (explain with that flag to see whom).\n")
+		}
 	}
 	if len(ex.Shortfall) > 0 {
 		b.WriteString("\n")
@@ -64,7 +69,11 @@ func printText(w io.Writer, ex *Explanation) error {
 		fmt.Fprintln(t, "SHORTFALL\tMISSING\tREQUESTED\tUSED\tCAPACITY")
 		for _, s := range ex.Shortfall {
 			f := func(v int64) string { return quantity(s.Resource, v) }
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", s.Resource, f(s.Missing), f(s.Requested), f(s.Used), f(s.Capacity))
+			name := s.Resource
+			if s.Device {
+				name += " (devices)"
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", name, f(s.Missing), f(s.Requested), f(s.Used), f(s.Capacity))
 		}
 		t.Flush()
 	}
@@ -80,15 +89,58 @@ func printText(w io.Writer, ex *Explanation) error {
 		}
 		fmt.Fprintf(&b, "Policy %s: %d victim(s), in the order they are terminated; they free %s.\n", p.Policy, len(p.Victims), strings.Join(freed, ", "))
 		t := table(&b)
-		fmt.Fprintln(t, "VICTIM\tNAMESPACE\tQOS\tPRIORITY\tCPU\tMEMORY")
+		devices := deviceColumn(p.Victims)
+		fmt.Fprint(t, "VICTIM\tNAMESPACE\tQOS\tPRIORITY\tCPU\tMEMORY")
+		if devices {
+			fmt.Fprint(t, "\tDEVICES")
+		}
+		fmt.Fprintln(t)
 		for _, v := range p.Victims {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\n", v.Name, v.Namespace, v.QOS, v.Priority,
+			fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s", v.Name, v.Namespace, v.QOS, v.Priority,
 				quantity(string(v1.ResourceCPU), v.CPU), quantity(string(v1.ResourceMemory), v.Memory))
+			if devices {
+				fmt.Fprintf(t, "\t%s", deviceList(v.Devices))
+			}
+			fmt.Fprintln(t)
 		}
 		t.Flush()
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// deviceShort says whether ex's shortfall has devices in it.
+func deviceShort(ex *Explanation) bool {
+	for _, s := range ex.Shortfall {
+		if s.Device {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceColumn says whether any victim holds devices: the column is shown
+// only then, so tables without devices read as before.
+func deviceColumn(vs []Victim) bool {
+	for _, v := range vs {
+		if len(v.Devices) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceList renders devices as "name=count" pairs in name order, "-"
+// for none.
+func deviceList(devices map[string]int64) string {
+	if len(devices) == 0 {
+		return "-"
+	}
+	var out []string
+	for _, r := range slices.Sorted(maps.Keys(devices)) {
+		out = append(out, fmt.Sprintf("%s=%d", r, devices[r]))
+	}
+	return strings.Join(out, ",")
 }
 
 // table is a tab writer with kubectl's spacing.

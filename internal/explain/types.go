@@ -90,6 +90,9 @@ type PodRef struct {
 // Shortage is one resource the pod lacks, with the predicate's figures.
 type Shortage struct {
 	Resource string `json:"resource"`
+	// Device: a device-plugin resource, counted as the device manager
+	// allocates (healthy devices, those active pods hold).
+	Device bool `json:"device,omitempty"`
 	// Missing is Requested - (Capacity - Used), in the resource's base
 	// unit (millicores for cpu, bytes for memory, a count otherwise).
 	Missing   int64 `json:"missing"`
@@ -121,4 +124,6 @@ type Victim struct {
 	// admission counts them.
 	CPU    int64 `json:"cpuMillis"`
 	Memory int64 `json:"memoryBytes"`
+	// Devices is what the pod holds of each device-plugin resource.
+	Devices map[string]int64 `json:"devices,omitempty"`
 }

@@ -1,6 +1,8 @@
 package devicedemand
 
 import (
+	"maps"
+	"slices"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -10,30 +12,106 @@ import (
 // allocating every container in order takes. Only resources the pod takes
 // new devices of appear. It returns an *InputError for an unknown kind, a
 // negative count, or a held count that differs from the request.
-// O(containers × resources).
+// O(containers × resources log resources).
 func Need(containers []Container) (map[string]int64, error) {
+	need := map[string]int64{}
+	err := allocate(containers, func(s step) bool {
+		if s.fresh > 0 {
+			need[s.resource] += s.fresh
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return need, nil
+}
+
+// Unavailable is where the device manager first refuses a pod: the
+// container, the resource, and why.
+type Unavailable struct {
+	Container string
+	Resource  string
+	// NoHealthy: the resource has no healthy device, which the device
+	// manager checks before counting.
+	NoHealthy bool
+	// Requested is how many new devices the container takes (after what it
+	// draws from the pod's reuse pool), Available how many healthy ones no
+	// pod holds; Requested > Available.
+	Requested, Available int64
+}
+
+// FirstUnavailable walks containers as the device manager allocates them
+// and returns its first refusal, or nil when every container gets its
+// devices. healthy[r] counts r's healthy devices, free[r] those no pod
+// holds (free is not changed). Within a container, resources are taken
+// in name order; the device manager takes them in a map's order, so for a
+// container short of two resources it may name either. It returns an
+// *InputError as Need does. O(containers × resources log resources).
+func FirstUnavailable(containers []Container, healthy, free map[string]int64) (*Unavailable, error) {
+	left := maps.Clone(free)
+	var out *Unavailable
+	err := allocate(containers, func(s step) bool {
+		switch {
+		case healthy[s.resource] <= 0:
+			out = &Unavailable{Container: s.container, Resource: s.resource, NoHealthy: true}
+		case s.fresh > left[s.resource]:
+			out = &Unavailable{Container: s.container, Resource: s.resource, Requested: s.fresh, Available: max(left[s.resource], 0)}
+		default:
+			left[s.resource] -= s.fresh
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// step is one resource of one container as the device manager allocates
+// it: fresh is how many devices no pod held before it takes (none for a
+// container that holds its own).
+type step struct {
+	container, resource string
+	fresh               int64
+}
+
+// allocate walks containers in the device manager's order, a container's
+// resources in name order, keeping the pod's reuse pool, and calls take for
+// each step until take returns false.
+func allocate(containers []Container, take func(step) bool) error {
 	// reusable[r] is the size of the device manager's reuse pool for this
 	// pod: devices of finished init containers no later container kept yet.
 	reusable := map[string]int64{}
-	need := map[string]int64{}
 	for _, c := range containers {
 		if c.Kind < Init || c.Kind > App {
-			return nil, &InputError{Container: c.Name, Reason: "unknown kind " + c.Kind.String()}
+			return &InputError{Container: c.Name, Reason: "unknown kind " + c.Kind.String()}
 		}
-		for r, want := range c.Devices {
+		for r := range c.Held {
+			if _, asked := c.Devices[r]; !asked {
+				return &InputError{Container: c.Name, Resource: r, Reason: "holds devices it does not ask for"}
+			}
+		}
+		for _, r := range slices.Sorted(maps.Keys(c.Devices)) {
+			want := c.Devices[r]
 			if want < 0 {
-				return nil, &InputError{Container: c.Name, Resource: r, Reason: "negative device count"}
+				return &InputError{Container: c.Name, Resource: r, Reason: "negative device count"}
 			}
 			held, isHeld := c.Held[r]
 			if isHeld && held != want {
-				return nil, &InputError{Container: c.Name, Resource: r,
+				return &InputError{Container: c.Name, Resource: r,
 					Reason: "holds a different number of devices than it asks for"}
 			}
 			// The pool is drawn from first; the rest is new devices.
 			fromPool := min(want, reusable[r])
 			fresh := want - fromPool
-			if !isHeld && fresh > 0 {
-				need[r] += fresh
+			s := step{container: c.Name, resource: r}
+			if !isHeld {
+				s.fresh = fresh
+			}
+			if !take(s) {
+				return nil
 			}
 			switch c.Kind {
 			case Init:
@@ -45,13 +123,8 @@ func Need(containers []Container) (map[string]int64, error) {
 				reusable[r] -= fromPool
 			}
 		}
-		for r := range c.Held {
-			if _, asked := c.Devices[r]; !asked {
-				return nil, &InputError{Container: c.Name, Resource: r, Reason: "holds devices it does not ask for"}
-			}
-		}
 	}
-	return need, nil
+	return nil
 }
 
 // Shortage is a device-plugin resource a pod's admission lacks devices of,
@@ -79,14 +152,24 @@ func (s Shortage) Missing() int64 { return s.Requested - (s.Capacity - s.Used) }
 // holder goes, so it counts in neither Used nor Capacity.
 // O(IDs + resources log resources).
 func Shortages(need map[string]int64, healthy, held map[string][]string) []Shortage {
+	capacity, used := map[string]int64{}, map[string]int64{}
+	for r := range need {
+		ids := sets.New(healthy[r]...)
+		capacity[r] = int64(ids.Len())
+		used[r] = int64(ids.Intersection(sets.New(held[r]...)).Len())
+	}
+	return ShortagesOf(need, capacity, used)
+}
+
+// ShortagesOf is Shortages from counts: capacity[r] healthy devices of r,
+// used[r] of them held by active pods. O(resources log resources).
+func ShortagesOf(need, capacity, used map[string]int64) []Shortage {
 	var out []Shortage
 	for r, n := range need {
 		if n <= 0 {
 			continue
 		}
-		capacity := sets.New(healthy[r]...)
-		used := int64(capacity.Intersection(sets.New(held[r]...)).Len())
-		s := Shortage{Resource: r, Requested: n, Used: used, Capacity: int64(capacity.Len())}
+		s := Shortage{Resource: r, Requested: n, Used: used[r], Capacity: capacity[r]}
 		if s.Missing() > 0 {
 			out = append(out, s)
 		}

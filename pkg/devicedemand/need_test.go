@@ -3,8 +3,10 @@ package devicedemand
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
+	"sort"
 	"testing"
 )
 
@@ -262,4 +264,126 @@ func describe(pod []Container) string {
 		s += fmt.Sprintf("[%s %s %v held %v]", c.Name, c.Kind, c.Devices, c.Held)
 	}
 	return s
+}
+
+func TestFirstUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		containers    []Container
+		healthy, free map[string]int64
+		want          *Unavailable
+	}{
+		{"fits", []Container{{Name: "a", Kind: App, Devices: map[string]int64{gpu: 2}}},
+			map[string]int64{gpu: 4}, map[string]int64{gpu: 2}, nil},
+		{"short", []Container{{Name: "a", Kind: App, Devices: map[string]int64{gpu: 3}}},
+			map[string]int64{gpu: 4}, map[string]int64{gpu: 2}, &Unavailable{Container: "a", Resource: gpu, Requested: 3, Available: 2}},
+		{"the second container counts what the first took", []Container{
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 1}},
+			{Name: "b", Kind: App, Devices: map[string]int64{gpu: 2}},
+		}, map[string]int64{gpu: 4}, map[string]int64{gpu: 2}, &Unavailable{Container: "b", Resource: gpu, Requested: 2, Available: 1}},
+		{"what is drawn from the pool is not requested", []Container{
+			{Name: "i", Kind: Init, Devices: map[string]int64{gpu: 1}},
+			{Name: "a", Kind: App, Devices: map[string]int64{gpu: 3}},
+		}, map[string]int64{gpu: 4}, map[string]int64{gpu: 2}, &Unavailable{Container: "a", Resource: gpu, Requested: 2, Available: 1}},
+		{"no healthy device, even for none asked", []Container{{Name: "a", Kind: App, Devices: map[string]int64{gpu: 0}}},
+			map[string]int64{gpu: 0}, map[string]int64{gpu: 0}, &Unavailable{Container: "a", Resource: gpu, NoHealthy: true}},
+		{"resources in name order", []Container{{Name: "a", Kind: App, Devices: map[string]int64{vf: 5, gpu: 5}}},
+			map[string]int64{gpu: 4, vf: 4}, map[string]int64{gpu: 1, vf: 1}, &Unavailable{Container: "a", Resource: gpu, Requested: 5, Available: 1}},
+		{"more held than healthy leaves none available", []Container{{Name: "a", Kind: App, Devices: map[string]int64{gpu: 1}}},
+			map[string]int64{gpu: 2}, map[string]int64{gpu: -1}, &Unavailable{Container: "a", Resource: gpu, Requested: 1, Available: 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			free := maps.Clone(tc.free)
+			got, err := FirstUnavailable(tc.containers, tc.healthy, tc.free)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("FirstUnavailable = %+v, want %+v", got, tc.want)
+			}
+			if !maps.Equal(free, tc.free) {
+				t.Errorf("free changed: %v, was %v", tc.free, free)
+			}
+		})
+	}
+	if _, err := FirstUnavailable([]Container{{Name: "a", Kind: App, Devices: map[string]int64{gpu: -1}}}, nil, nil); err == nil {
+		t.Error("a negative count: no error")
+	}
+}
+
+// TestFirstUnavailableMatchesDeviceIDModel checks the refusal against the
+// ID model allocating from a limited number of free devices: the same
+// container and resource, the same counts, on random pods; and that a pod
+// it lets through needs no more than is free.
+func TestFirstUnavailableMatchesDeviceIDModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	resources := []string{gpu, vf}
+	for i := range 5000 {
+		pod := randomPod(rng, resources)
+		healthy, free := map[string]int64{}, map[string]int64{}
+		for _, r := range resources {
+			healthy[r] = int64(rng.IntN(6))
+			free[r] = int64(rng.IntN(int(healthy[r]) + 1))
+		}
+		got, err := FirstUnavailable(pod, healthy, free)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := modelRefusal(pod, healthy, free)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("pod %d %s, healthy %v free %v: FirstUnavailable = %+v, model %+v", i, describe(pod), healthy, free, got, want)
+		}
+		if got == nil {
+			need, _ := Need(pod)
+			for r, n := range need {
+				if n > free[r] {
+					t.Fatalf("pod %d %s: let through needing %d %s of %d free", i, describe(pod), n, r, free[r])
+				}
+			}
+		}
+	}
+}
+
+// modelRefusal allocates IDs as idModel does, from budget[r] free devices,
+// a container's resources in name order, and returns the first refusal.
+func modelRefusal(pod []Container, healthy, budget map[string]int64) *Unavailable {
+	m := newIDModel()
+	for _, c := range pod {
+		rs := make([]string, 0, len(c.Devices))
+		for r := range c.Devices {
+			rs = append(rs, r)
+		}
+		sort.Strings(rs)
+		for _, r := range rs {
+			if healthy[r] == 0 {
+				return &Unavailable{Container: c.Name, Resource: r, NoHealthy: true}
+			}
+			want := c.Devices[r]
+			var ids []string
+			for id := range m.pool[r] {
+				if int64(len(ids)) < want {
+					ids = append(ids, id)
+				}
+			}
+			if n := want - int64(len(ids)); n > budget[r]-m.fresh[r] {
+				return &Unavailable{Container: c.Name, Resource: r, Requested: n, Available: budget[r] - m.fresh[r]}
+			}
+			for int64(len(ids)) < want {
+				m.next++
+				ids = append(ids, fmt.Sprint(r, "-", m.next))
+				m.fresh[r]++
+			}
+			if m.pool[r] == nil {
+				m.pool[r] = map[string]bool{}
+			}
+			for _, id := range ids {
+				if c.Kind == Init {
+					m.pool[r][id] = true
+				} else {
+					delete(m.pool[r], id)
+				}
+			}
+		}
+	}
+	return nil
 }

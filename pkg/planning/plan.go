@@ -2,7 +2,8 @@
 // kubelet's admission handler and critlet-explain: what an admission
 // failure lacks (Shortfall), which pods may go and as what the selection
 // sees them (Candidates), the first round's victims (Plan), what a pod
-// frees (Request), and the refusal's wording (Refusal). It is pure:
+// frees (Request), the refusal's wording (Refusal), and a device
+// shortfall in the predicate's terms (DeviceShortfall). It is pure:
 // objects in, objects out.
 package planning
 

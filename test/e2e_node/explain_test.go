@@ -184,8 +184,9 @@ func (e *env) explainSeed(seed int, policy string, alloc v1.ResourceList) seedRe
 	return res
 }
 
-// explainLive runs critlet-explain against the node for the pod s.
-func (e *env) explainLive(s podSpec, policy string) *explain.Explanation {
+// explainLive runs critlet-explain against the node for the pod s, with
+// flags after the others.
+func (e *env) explainLive(s podSpec, policy string, flags ...string) *explain.Explanation {
 	e.t.Helper()
 	manifest := s.pod(e.node)
 	manifest.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
@@ -198,7 +199,8 @@ func (e *env) explainLive(s podSpec, policy string) *explain.Explanation {
 		e.t.Fatal(err)
 	}
 	bin, _ := filepath.Abs(filepath.Join(*binDir, "critlet-explain"))
-	cmd := exec.CommandContext(e.ctx, bin, "--kubeconfig", suite.AdminKubeconfig(), "--node", e.node, "--pod", path, "--policy", policy, "-o", "json")
+	args := append([]string{"--kubeconfig", suite.AdminKubeconfig(), "--node", e.node, "--pod", path, "--policy", policy, "-o", "json"}, flags...)
+	cmd := exec.CommandContext(e.ctx, bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()

@@ -34,6 +34,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	devicepluginstub "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 
+	"github.com/critlet/critlet/internal/explain"
 	"github.com/critlet/critlet/test/prediction"
 )
 
@@ -275,7 +276,8 @@ func TestDevicePluginResource(t *testing.T) {
 
 		// More widgets than the node has: no set of pods frees enough.
 		tooMany := holding(critical("critical-five-widgets", resources("10m", "10Mi")), "5")
-		e.expectRefusedForDevices(e.create(tooMany))
+		ex := e.explainDevices(tooMany, preempts)
+		e.expectExplainedRefusal(ex, e.expectRefusedForDevices(e.create(tooMany)))
 		e.expectVictims()
 
 		// Two widgets short, nothing else.
@@ -307,8 +309,9 @@ var devicePreempting = critletKubelet.with([]string{"--critical-preemption-devic
 // upstream's handler chooses for the node's shortfall (devices and native
 // resources together), each ending Failed/Preempting with DisruptionTarget,
 // and the critical pod running on the devices they held; without, refused
-// as upstream refuses it and nothing preempted. It returns upstream's
-// shortfall.
+// as upstream refuses it and nothing preempted. critlet-explain, asked
+// live before, must say the same: the same victims, or the same refusal.
+// It returns upstream's shortfall.
 func (e *env) expectDevicePreemption(s podSpec, resource v1.ResourceName, preempts bool, allocated func() []string) string {
 	e.t.Helper()
 	node, err := e.c.CoreV1().Nodes().Get(e.ctx, e.node, metav1.GetOptions{})
@@ -322,8 +325,9 @@ func (e *env) expectDevicePreemption(s podSpec, resource v1.ResourceName, preemp
 		e.t.Fatalf("upstream's choice for %s: %v", s.name, err)
 	}
 	e.note("%s: upstream's shortfall %s, its victims %v", s.name, reasons, want)
+	ex := e.explainDevices(s, preempts)
 	if !preempts {
-		e.expectRefusedForDevices(e.create(s))
+		e.expectExplainedRefusal(ex, e.expectRefusedForDevices(e.create(s)))
 		if got := e.victims(); !slices.Equal(got, before) {
 			e.t.Errorf("preempted %v for %s, want nothing more than %v", got, s.name, before)
 		}
@@ -343,6 +347,19 @@ func (e *env) expectDevicePreemption(s podSpec, resource v1.ResourceName, preemp
 	if !slices.Equal(fresh, want) {
 		e.t.Errorf("%s preempted %v, want upstream's choice %v", s.name, fresh, want)
 	}
+	var explained []string
+	if ex.Verdict == explain.AdmittedAfterPreemption && len(ex.Policies) == 1 {
+		for _, v := range ex.Policies[0].Victims {
+			explained = append(explained, v.Name)
+			if v.Devices[string(resource)] != int64(len(held[v.Name])) {
+				e.t.Errorf("critlet-explain: victim %s holds %d %s, the device manager says %v", v.Name, v.Devices[string(resource)], resource, held[v.Name])
+			}
+		}
+	}
+	sort.Strings(explained)
+	if ex.Verdict != explain.AdmittedAfterPreemption || !slices.Equal(explained, fresh) {
+		e.t.Errorf("critlet-explain said %s (%s) with victims %v; the kubelet preempted %v", ex.Verdict, ex.Message, explained, fresh)
+	}
 	for _, p := range active {
 		switch {
 		case slices.Contains(fresh, p.Name):
@@ -361,9 +378,33 @@ func (e *env) expectDevicePreemption(s podSpec, resource v1.ResourceName, preemp
 	return reasons
 }
 
-// expectRefusedForDevices waits for p to end and checks that it was refused
-// as the device manager refuses a pod short of devices.
-func (e *env) expectRefusedForDevices(p *v1.Pod) {
+// explainDevices asks critlet-explain about s, as the kubelet under test
+// would admit it: with --critical-preemption-devices when it preempts for
+// devices, under its policy (upstream's).
+func (e *env) explainDevices(s podSpec, preempts bool) *explain.Explanation {
+	e.t.Helper()
+	var flags []string
+	if preempts {
+		flags = append(flags, "--critical-preemption-devices")
+	}
+	ex := e.explainLive(s, "upstream", flags...)
+	e.note("%s: critlet-explain %s", s.name, ex.Verdict)
+	return ex
+}
+
+// expectExplainedRefusal checks that critlet-explain refused the pod the
+// kubelet refused, with the kubelet's reason and admission message (which
+// the kubelet's rejectPod writes after "Pod was rejected: ").
+func (e *env) expectExplainedRefusal(ex *explain.Explanation, refused *v1.Pod) {
+	e.t.Helper()
+	if ex.Verdict != explain.Rejected || ex.Reason != refused.Status.Reason || "Pod was rejected: "+ex.Message != refused.Status.Message {
+		e.t.Errorf("critlet-explain said %s %s %q for %s; the kubelet: %s %q", ex.Verdict, ex.Reason, ex.Message, refused.Name, refused.Status.Reason, refused.Status.Message)
+	}
+}
+
+// expectRefusedForDevices waits for p to end, checks that it was refused
+// as the device manager refuses a pod short of devices, and returns it.
+func (e *env) expectRefusedForDevices(p *v1.Pod) *v1.Pod {
 	e.t.Helper()
 	cur := e.waitPhase(p, 2*time.Minute, v1.PodRunning, v1.PodFailed, v1.PodSucceeded)
 	e.note("%s: %s %s", p.Name, cur.Status.Phase, cur.Status.Reason)
@@ -371,6 +412,7 @@ func (e *env) expectRefusedForDevices(p *v1.Pod) {
 		!strings.Contains(cur.Status.Message, "requested number of devices unavailable") {
 		e.t.Errorf("critical pod %s short of devices: %s %q (%s), want Failed UnexpectedAdmissionError, the device manager's refusal", p.Name, cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
 	}
+	return cur
 }
 
 // waitAllocatable waits until the node advertises n of resource.

@@ -20,6 +20,7 @@ import (
 	"github.com/critlet/critlet/pkg/devicedemand"
 	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/patched"
+	"github.com/critlet/critlet/pkg/planning"
 )
 
 // The victims' devices are freed by the device manager's next
@@ -195,29 +196,7 @@ func (w *critletDevicePreemption) withNativeShortfall(ctx context.Context, attrs
 			return nil, false
 		}
 	}
-	return critletMergeShortfall(capture.reasons, short), true
-}
-
-// critletMergeShortfall returns predicate's reasons less its resource
-// shortfalls of the resources in short, followed by short's.
-func critletMergeShortfall(predicate []lifecycle.PredicateFailureReason, short []devicedemand.Shortage) []lifecycle.PredicateFailureReason {
-	isShort := map[v1.ResourceName]bool{}
-	for _, s := range short {
-		isShort[v1.ResourceName(s.Resource)] = true
-	}
-	var out []lifecycle.PredicateFailureReason
-	for _, r := range predicate {
-		if ir, ok := r.(*lifecycle.InsufficientResourceError); ok && isShort[ir.ResourceName] {
-			continue
-		}
-		out = append(out, r)
-	}
-	for _, s := range short {
-		out = append(out, &lifecycle.InsufficientResourceError{
-			ResourceName: v1.ResourceName(s.Resource), Requested: s.Requested, Used: s.Used, Capacity: s.Capacity,
-		})
-	}
-	return out
+	return planning.DeviceShortfall(capture.reasons, short), true
 }
 
 // dropInactive takes the pods no longer active (the victims just killed)

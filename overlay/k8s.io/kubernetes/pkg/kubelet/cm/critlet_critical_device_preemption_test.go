@@ -19,7 +19,6 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
 
-	"github.com/critlet/critlet/pkg/devicedemand"
 	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/patched"
 	"github.com/critlet/critlet/pkg/settings"
@@ -356,21 +355,5 @@ func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
 		if _, err := critletWrapAllocateHandler(handlers, at, func(h lifecycle.PodAdmitHandler) lifecycle.PodAdmitHandler { return h }); err == nil || !strings.Contains(err.Error(), "not before the predicate handler") {
 			t.Errorf("allocate handler at %d: %v, want a refusal", at, err)
 		}
-	}
-}
-
-func TestCritletMergeShortfallPrefersTheDeviceManager(t *testing.T) {
-	other := &lifecycle.PredicateFailureError{PredicateName: "p", PredicateDesc: "d"}
-	predicate := []lifecycle.PredicateFailureReason{
-		&lifecycle.InsufficientResourceError{ResourceName: v1.ResourceCPU, Requested: 1, Used: 2, Capacity: 2},
-		&lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 3, Capacity: 3},
-		other,
-	}
-	got := critletMergeShortfall(predicate, []devicedemand.Shortage{{Resource: critletGPU, Requested: 2, Used: 4, Capacity: 4}})
-	if len(got) != 3 || got[0] != predicate[0] || got[1] != lifecycle.PredicateFailureReason(other) {
-		t.Fatalf("merged = %v", got)
-	}
-	if ir := got[2].(*lifecycle.InsufficientResourceError); *ir != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 4, Capacity: 4}) {
-		t.Errorf("device shortfall = %+v, want the device manager's", ir)
 	}
 }
