@@ -12,7 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// A node rebooted while pods hold devices: the kubelet starts with its
+// A kubelet restarted while a pod holds a device, the plugin registering
+// again at once (as a plugin watching the kubelet's socket does): every
+// kubelet admits the running pod without allocating, so it keeps its
+// container and its device, none Failed.
+//
+// Then a node rebooted while pods hold devices: the kubelet starts with its
 // checkpoints, no pod's containers left and the device plugin not back
 // yet; the plugin comes back 10 s after the kubelet, and a new pod needing
 // a device arrives in between. The stock kubelet and critlet's defaults
@@ -39,6 +44,7 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 		if len(before) != 1 {
 			e.t.Fatalf("the holder holds %v before the reboot, want one widget", before)
 		}
+		stop = e.restartKubeletWithPlugin(holder, widget, before, stop, ids)
 
 		if err := suite.StopKubelet(); err != nil {
 			e.t.Fatalf("stopping the kubelet: %v", err)
@@ -86,6 +92,43 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 			}
 		}
 	})
+}
+
+// restartKubeletWithPlugin restarts the kubelet and the device plugin
+// right after it, and checks that holder, running with devices of
+// resource, kept its container and its devices. It returns the new
+// plugin's stop.
+func (e *env) restartKubeletWithPlugin(holder *v1.Pod, resource v1.ResourceName, devices []string, stopPlugin func(), ids []string) func() {
+	e.t.Helper()
+	holder, err := e.get(holder)
+	if err != nil {
+		e.t.Fatalf("getting %s: %v", holder.Name, err)
+	}
+	if err := suite.StopKubelet(); err != nil {
+		e.t.Fatalf("stopping the kubelet: %v", err)
+	}
+	stopPlugin()
+	if err := suite.StartKubelet(e.ctx); err != nil {
+		e.t.Fatalf("starting the kubelet again: %v", err)
+	}
+	_, stop := e.runDevicePlugin(string(resource), ids...)
+	e.t.Cleanup(stop)
+	// The kubelet admits the pods it finds in order; a pod created now is
+	// admitted after the holder, so once it runs the holder has been.
+	e.createRunning(bestEffort("after-restart"))
+	cur, err := e.get(holder)
+	if err != nil {
+		e.t.Fatalf("getting %s: %v", holder.Name, err)
+	}
+	e.note("kubelet restart: %s %s, container kept %t", cur.Name, cur.Status.Phase, containerID(cur) == containerID(holder))
+	if cur.Status.Phase != v1.PodRunning || containerID(cur) != containerID(holder) || restarts(cur) != restarts(holder) {
+		e.t.Errorf("after a kubelet restart %s is %s %q with container %s (%d restarts), want Running with %s (%d)", cur.Name, cur.Status.Phase, cur.Status.Reason,
+			containerID(cur), restarts(cur), containerID(holder), restarts(holder))
+	}
+	if got := e.deviceHolders(resource)[holder.Name]; !slices.Equal(got, devices) {
+		e.t.Errorf("after a kubelet restart %s holds %v, want %v", holder.Name, got, devices)
+	}
+	return stop
 }
 
 var deviceReadmitting = critletKubelet.with([]string{"--critical-device-readmission"}, nil)
