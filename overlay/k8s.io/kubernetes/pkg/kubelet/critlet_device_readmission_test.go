@@ -19,6 +19,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	"k8s.io/kubernetes/test/utils/ktesting"
 
 	"github.com/critlet/critlet/pkg/patched"
@@ -142,12 +143,23 @@ func critletHasEvent(events []string, reason string) bool {
 
 // A pod refused while its device plugin is not back is held (no status, no
 // allocation, even one checkpointed before a reboot), tried again through the admit handlers once the plugin has
-// healthy devices, and admitted then.
+// healthy devices, and admitted then: an API pod and a static pod alike.
 func TestCritletHeldPodAdmittedOnceThePluginIsBack(t *testing.T) {
+	for _, static := range []bool{false, true} {
+		t.Run(map[bool]string{false: "api pod", true: "static pod"}[static], func(t *testing.T) {
+			critletHeldPodAdmittedOnceThePluginIsBack(t, static)
+		})
+	}
+}
+
+func critletHeldPodAdmittedOnceThePluginIsBack(t *testing.T, static bool) {
 	tCtx := ktesting.Init(t)
 	testKubelet, plugin, recorder := critletDeviceKubelet(t, true)
 	kl := testKubelet.kubelet
 	pod := critletWidgetPod("gpu-user")
+	if static {
+		pod.Annotations = map[string]string{kubetypes.ConfigSourceAnnotationKey: kubetypes.FileSource}
+	}
 	// Admitted before a reboot: its allocation is checkpointed.
 	if err := kl.allocationManager.SetAllocatedResources(klog.Background(), pod); err != nil {
 		t.Fatal(err)
