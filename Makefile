@@ -78,7 +78,11 @@ local-down: node-tools ## stop the local node and remove what it created (logs a
 local-status: node-tools ## the local node's components: running or not, and their logs
 	_output/bin/local-node status --state "$$STATE_DIR"
 
-test: test-unit test-build test-package test-e2e-node test-e2e-kubeadm test-e2e-upstream ## every suite below but the conformance run (the README's test command)
+# Every suite below but the conformance run, phase by phase, each phase's
+# wall time measured (hack/test-phases.sh holds the phases; the table lands
+# in _output/test-phases.tsv).
+test: ## every suite below but the conformance run (the README's test command), each phase timed
+	hack/test-phases.sh
 
 # -trimpath, as the kubelet builds use, lets tests and builds share compiled
 # dependencies in Go's cache.
@@ -112,7 +116,7 @@ test-patched-kubelet: ## upstream's pkg/kubelet and pkg/kubelet/cm tests and the
 # termination (race-compiling its kubelet dependencies costs about ten
 # minutes once, then comes from the cache).
 test-race: ## the race detector on the pure packages and the handler's termination
-	hack/go-test.sh race-pure -- -race ./pkg/victims/... ./pkg/settings/... ./pkg/termination/... ./pkg/kubeletstate/...
+	hack/go-test.sh race-pure -- -trimpath -race ./pkg/victims/... ./pkg/settings/... ./pkg/termination/... ./pkg/kubeletstate/...
 	hack/go-test.sh race-handler -- -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown|Resume|Outage' ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption
 
 # Victims must be the stock kubelet's on every code generator: amd64 v3
