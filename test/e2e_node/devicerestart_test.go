@@ -3,6 +3,7 @@
 package e2enode
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // A kubelet restarted while a pod holds a device, the plugin registering
@@ -23,8 +25,10 @@ import (
 // a device arrives in between. The stock kubelet and critlet's defaults
 // fail both pods for good, as upstream does (kubernetes#117955, #133382:
 // recorded, and required of both alike). With --critical-device-readmission
-// both are held, and run once the plugin is back: the holder with the
-// devices it had, none Failed.
+// both are held, and run once the plugin is back: the holder in a new
+// container with the devices it had, none Failed. The holder restarts
+// always, as a Deployment's pod does: a pod that never restarts is Failed
+// by every kubelet once its containers are gone, devices or not.
 func TestDevicePluginBackAfterReboot(t *testing.T) {
 	const widget = v1.ResourceName("critlet.example/widget")
 	opts := scenarioOptions{critletVariants: []kubeletUnderTest{deviceReadmitting}, timeout: 6 * time.Minute}
@@ -39,12 +43,18 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 			s.requests, s.limits = v1.ResourceList{widget: one}, v1.ResourceList{widget: one}
 			return s
 		}
-		holder := e.createRunning(withWidget(bestEffort("holder")))[0]
+		restarting := withWidget(bestEffort("holder"))
+		restarting.restartPolicy = v1.RestartPolicyAlways
+		holder := e.createRunning(restarting)[0]
 		before := e.deviceHolders(widget)["holder"]
 		if len(before) != 1 {
 			e.t.Fatalf("the holder holds %v before the reboot, want one widget", before)
 		}
 		stop = e.restartKubeletWithPlugin(holder, widget, before, stop, ids)
+		holder, err := e.get(holder)
+		if err != nil {
+			e.t.Fatalf("getting %s: %v", holder.Name, err)
+		}
 
 		if err := suite.StopKubelet(); err != nil {
 			e.t.Fatalf("stopping the kubelet: %v", err)
@@ -63,7 +73,9 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 		e.note("plugin back %s after the kubelet started", time.Since(started).Round(100*time.Millisecond))
 
 		for _, p := range []*v1.Pod{holder, arrived} {
-			cur := e.waitPhase(p, 2*time.Minute, v1.PodRunning, v1.PodFailed)
+			// The holder's status still says Running from before the
+			// reboot: only a new container, or Failed, is the kubelet's word.
+			cur := e.waitNewContainerOrFailed(p, containerID(p), 2*time.Minute)
 			e.note("%s: %s %s", p.Name, cur.Status.Phase, cur.Status.Reason)
 			if holds {
 				if cur.Status.Phase != v1.PodRunning {
@@ -81,6 +93,9 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 		}
 		if holds {
 			after := e.deviceHolders(widget)
+			if cur, err := e.get(holder); err != nil || cur.Status.Phase != v1.PodRunning {
+				e.t.Errorf("the holder is not Running at the end (%v): %v", err, cur.Status)
+			}
 			if !slices.Equal(after["holder"], before) {
 				e.t.Errorf("the holder runs with %v after the reboot, want the devices it had, %v", after["holder"], before)
 			}
@@ -115,11 +130,13 @@ func (e *env) restartKubeletWithPlugin(holder *v1.Pod, resource v1.ResourceName,
 	e.t.Cleanup(stop)
 	// The kubelet admits the pods it finds in order; a pod created now is
 	// admitted after the holder, so once it runs the holder has been.
-	e.createRunning(bestEffort("after-restart"))
+	after := e.createRunning(bestEffort("after-restart"))[0]
 	cur, err := e.get(holder)
 	if err != nil {
 		e.t.Fatalf("getting %s: %v", holder.Name, err)
 	}
+	// Never restarted, it would fail in the reboot that follows.
+	e.deleteAndWait(after)
 	e.note("kubelet restart: %s %s, container kept %t", cur.Name, cur.Status.Phase, containerID(cur) == containerID(holder))
 	if cur.Status.Phase != v1.PodRunning || containerID(cur) != containerID(holder) || restarts(cur) != restarts(holder) {
 		e.t.Errorf("after a kubelet restart %s is %s %q with container %s (%d restarts), want Running with %s (%d)", cur.Name, cur.Status.Phase, cur.Status.Reason,
@@ -132,3 +149,27 @@ func (e *env) restartKubeletWithPlugin(holder *v1.Pod, resource v1.ResourceName,
 }
 
 var deviceReadmitting = critletKubelet.with([]string{"--critical-device-readmission"}, nil)
+
+// waitNewContainerOrFailed waits until p runs a container other than old
+// (old is "" for a pod that has not run) or has failed, and returns it.
+func (e *env) waitNewContainerOrFailed(p *v1.Pod, old string, timeout time.Duration) *v1.Pod {
+	e.t.Helper()
+	var last *v1.Pod
+	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		cur, err := e.get(p)
+		if err != nil {
+			return false, nil
+		}
+		last = cur
+		running := len(cur.Status.ContainerStatuses) == 1 && cur.Status.ContainerStatuses[0].State.Running != nil
+		return cur.Status.Phase == v1.PodFailed || (cur.Status.Phase == v1.PodRunning && running && containerID(cur) != old), nil
+	})
+	if err != nil {
+		var status any = "never read"
+		if last != nil {
+			status = last.Status
+		}
+		e.t.Fatalf("pod %s/%s: waiting for a container other than %q, or Failed: %v (last status %v)", p.Namespace, p.Name, old, err, status)
+	}
+	return last
+}
