@@ -69,8 +69,17 @@ func (h *Handle) Err() error { return h.err }
 // spec.PIDFile.
 func Start(spec Spec) (*Handle, error) {
 	// The supervisor would only report this in the log; say it here.
-	if _, err := exec.LookPath(spec.Path); err != nil {
+	path, err := exec.LookPath(spec.Path)
+	if err != nil {
 		return nil, fmt.Errorf("%s: starting %s: %w", spec.Name, spec.Path, err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("%s: locating this binary to supervise it: %w", spec.Name, err)
+	}
+	// A component is told from its fork by the program it runs.
+	if a, b := statFile(path), statFile(self); a != nil && b != nil && os.SameFile(a, b) {
+		return nil, fmt.Errorf("%s: %s is the supervisor's own program: its component could not be told from a fork", spec.Name, spec.Path)
 	}
 	// Never through a link: the caller, root, would append where it points.
 	logf, err := os.OpenFile(spec.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
@@ -80,10 +89,6 @@ func Start(spec Spec) (*Handle, error) {
 	defer logf.Close()
 	fmt.Fprintf(logf, "==== %s: starting %s %s\n", time.Now().UTC().Format(time.RFC3339), spec.Path, strings.Join(spec.Args, " "))
 
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("%s: locating this binary to supervise it: %w", spec.Name, err)
-	}
 	cmd := exec.Command(self, append([]string{spec.Name, spec.Path}, spec.Args...)...)
 	cmd.Args[0] = supervisorArg0
 	cmd.Dir = spec.Dir
@@ -199,25 +204,67 @@ func readAt(dir *os.File, name string) ([]byte, error) {
 	return b, nil
 }
 
-// Component returns the supervised component: the supervisor's child.
+// Component returns the supervised component: the supervisor's child once
+// it has executed the component's program. Until then there is none: the
+// Go runtime's first start forks a probe child that exits at once
+// (os.checkClonePidfd), and the component's own fork runs the supervisor's
+// program until its exec.
 func (r Ref) Component() (Ref, error) {
+	pids, err := r.children()
+	if err != nil {
+		return Ref{}, err
+	}
+	self, err := os.Stat(fmt.Sprintf("/proc/%d/exe", r.PID))
+	if err != nil {
+		return Ref{}, fmt.Errorf("%s: the supervisor's program: %w", r.Name, err)
+	}
+	for _, pid := range pids {
+		exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil || os.SameFile(exe, self) || !Runs(pid) {
+			continue // exiting, or not yet the component
+		}
+		started, err := startTime(pid)
+		if err != nil {
+			return Ref{}, fmt.Errorf("%s: supervised process %d: %w", r.Name, pid, err)
+		}
+		return Ref{Name: r.Name, PID: pid, Started: started, LogFile: r.LogFile}, nil
+	}
+	return Ref{}, fmt.Errorf("%s (pid %d) supervises no running component yet (children %v)", r.Name, r.PID, pids)
+}
+
+// childRefs is every child the supervisor has now, each with its start
+// time; a child gone meanwhile is left out.
+func (r Ref) childRefs() []Ref {
+	pids, _ := r.children()
+	var refs []Ref
+	for _, pid := range pids {
+		if started, err := startTime(pid); err == nil {
+			refs = append(refs, Ref{Name: r.Name, PID: pid, Started: started})
+		}
+	}
+	return refs
+}
+
+func statFile(path string) os.FileInfo {
+	fi, _ := os.Stat(path)
+	return fi
+}
+
+// children lists the supervisor's child processes, whatever they run.
+func (r Ref) children() ([]int, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", r.PID, r.PID))
 	if err != nil {
-		return Ref{}, fmt.Errorf("%s: finding the supervised process: %w", r.Name, err)
+		return nil, fmt.Errorf("%s: finding the supervised process: %w", r.Name, err)
 	}
-	fields := strings.Fields(string(b))
-	if len(fields) == 0 {
-		return Ref{}, fmt.Errorf("%s (pid %d) supervises no process", r.Name, r.PID)
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: malformed children list %q", r.Name, b)
+		}
+		pids = append(pids, pid)
 	}
-	pid, err := strconv.Atoi(fields[0])
-	if err != nil {
-		return Ref{}, fmt.Errorf("%s: malformed children list %q", r.Name, b)
-	}
-	started, err := startTime(pid)
-	if err != nil {
-		return Ref{}, fmt.Errorf("%s: supervised process %d: %w", r.Name, pid, err)
-	}
-	return Ref{Name: r.Name, PID: pid, Started: started, LogFile: r.LogFile}, nil
+	return pids, nil
 }
 
 // Runs reports whether a process with pid exists and is not a zombie.
@@ -235,7 +282,9 @@ func (r Ref) Stop(grace time.Duration) error {
 	}
 	// A supervisor killed outright leaves its component to Pdeathsig, which
 	// acts a moment later: wait for the component too.
-	component, cerr := r.Component()
+	// Every child, exec'd or not: Pdeathsig reaches a fork before its exec
+	// too.
+	children := r.childRefs()
 	if err := syscall.Kill(r.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("%s (pid %d): SIGTERM: %w", r.Name, r.PID, err)
 	}
@@ -247,8 +296,10 @@ func (r Ref) Stop(grace time.Duration) error {
 			return fmt.Errorf("%s (pid %d) still runs 10s after SIGKILL", r.Name, r.PID)
 		}
 	}
-	if cerr == nil && !waitGone(component, 10*time.Second) {
-		return fmt.Errorf("%s: supervised process %d still runs 10s after its supervisor", r.Name, component.PID)
+	for _, c := range children {
+		if !waitGone(c, 10*time.Second) {
+			return fmt.Errorf("%s: supervised process %d still runs 10s after its supervisor", r.Name, c.PID)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package process
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -149,6 +150,14 @@ func TestStartFailures(t *testing.T) {
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Errorf("the log link's target now holds %q", b)
 	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = spec(t, "itself", self)
+	if _, err := Start(s); err == nil || !strings.Contains(err.Error(), "the supervisor's own program") {
+		t.Errorf("supervising the supervisor's program: err = %v, want it refused", err)
+	}
 	s = spec(t, "nolog", "/bin/true")
 	s.LogFile = filepath.Join(t.TempDir(), "missing-dir", "x.log")
 	if _, err := Start(s); err == nil || !strings.Contains(err.Error(), "opening log") {
@@ -293,5 +302,65 @@ func TestStartPassesExtraFiles(t *testing.T) {
 		if target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", h.PID, e.Name())); err == nil && target == out {
 			t.Errorf("the supervisor holds %s as descriptor %s", out, e.Name())
 		}
+	}
+}
+
+// Component is the child that runs the component's program: never a child
+// that has exited (the Go runtime's pidfd probe is one, for a moment), nor
+// one still running its parent's program (a fork before its exec). Here
+// the parent is sleep, its children an unreaped true, a second sleep and
+// tail.
+func TestComponentIsTheExecutedChild(t *testing.T) {
+	for _, tool := range []string{"/bin/true", "/bin/sleep", "/usr/bin/tail"} {
+		if _, err := os.Stat(tool); err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+	}
+	for _, tc := range []struct {
+		name, script string
+		wantExe      string // "" for no component
+	}{
+		{"only a zombie and a fork", "/bin/true & /bin/sleep 60 & exec /bin/sleep 61", ""},
+		{"the executed child", "/bin/true & /bin/sleep 60 & /usr/bin/tail -f /dev/null & exec /bin/sleep 61", "/usr/bin/tail"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("/bin/sh", "-c", tc.script)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			})
+			parent := Ref{Name: "parent", PID: cmd.Process.Pid}
+			want := strings.Count(tc.script, "&")
+			// Settled: the parent is sleep, with every child started and
+			// true exited.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", parent.PID))
+				pids, _ := parent.children()
+				if exe == "/bin/sleep" || exe == "/usr/bin/sleep" {
+					if len(pids) == want && !Runs(pids[0]) {
+						break
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("never settled: parent runs %q, children %v", exe, pids)
+				}
+			}
+			c, err := parent.Component()
+			if tc.wantExe == "" {
+				if err == nil {
+					t.Fatalf("Component() = pid %d, want none", c.PID)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", c.PID)); exe != tc.wantExe {
+				t.Errorf("Component() = pid %d running %q, want %s", c.PID, exe, tc.wantExe)
+			}
+		})
 	}
 }
