@@ -13,7 +13,7 @@ SHELL := /usr/bin/env bash
 
 # The binaries are always handed to go build, whose cache knows what changed.
 .PHONY: help all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
-	package release test test-unit test-vet test-go test-patched-kubelet test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
+	package release test test-unit test-vet test-go test-compile test-patched-kubelet test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
 	test-e2e-upstream test-e2e-upstream-conformance e2e-upstream-tools kubeadm-tools clean
 
 KUBELET ?= _output/bin/kubelet
@@ -103,7 +103,7 @@ test-vet: ## go vet, every build tag
 # test-deps too: the scratch-root tests run rpm and busybox-static, and a
 # fresh machine has neither until test-cross (later in test-unit) asks.
 test-go: node-deps test-deps ## the unit tests (containerd, rpm and busybox-static are needed by some)
-	hack/go-test.sh unit -- -trimpath ./...
+	hack/go-test.sh unit -- $(UNIT_TESTS)
 
 # Upstream's pkg/kubelet and pkg/kubelet/cm compiled as the patched kubelet
 # compiles them (the overlay), their own unit tests and the patches'
@@ -116,17 +116,32 @@ test-patched-kubelet: ## upstream's pkg/kubelet and pkg/kubelet/cm tests and the
 # termination (race-compiling its kubelet dependencies costs about ten
 # minutes once, then comes from the cache).
 test-race: ## the race detector on the pure packages and the handler's termination
-	hack/go-test.sh race-pure -- -trimpath -race ./pkg/victims/... ./pkg/settings/... ./pkg/termination/... ./pkg/kubeletstate/...
-	hack/go-test.sh race-handler -- -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown|Resume|Outage' ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption
+	hack/go-test.sh race-pure -- $(RACE_PURE_TESTS)
+	hack/go-test.sh race-handler -- $(RACE_HANDLER_TESTS)
 
 # Victims must be the stock kubelet's on every code generator: amd64 v3
 # and arm64 fuse multiply-adds where v1 cannot. The selection's and the
 # handler's tests again there, arm64 under user-mode emulation.
 test-cross: test-deps ## the handler's and selection's tests on amd64 v3 and arm64 (emulated)
-	GOAMD64=v3 hack/go-test.sh amd64-v3 -- -trimpath $(CROSS_TESTS)
-	GOARCH=arm64 hack/go-test.sh arm64 -- -trimpath -exec qemu-aarch64-static $(CROSS_TESTS)
+	GOAMD64=v3 hack/go-test.sh amd64-v3 -- $(CROSS_TESTS)
+	GOARCH=arm64 hack/go-test.sh arm64 -- -exec qemu-aarch64-static $(CROSS_TESTS)
 
-CROSS_TESTS := ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption/ ./pkg/victims/ ./pkg/termination/
+# Each suite's go test arguments, shared by its target and test-compile so
+# that both make the same entries in Go's cache.
+UNIT_TESTS := -trimpath ./...
+RACE_PURE_TESTS := -trimpath -race ./pkg/victims/... ./pkg/settings/... ./pkg/termination/... ./pkg/kubeletstate/...
+RACE_HANDLER_TESTS := -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown|Resume|Outage' ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption
+CROSS_TESTS := -trimpath ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption/ ./pkg/victims/ ./pkg/termination/
+
+# The test binaries of unit, race and cross, compiled and linked as those
+# targets would, none run (hack/go-test.sh's compile-only mode): make test
+# compiles them beside the node suites, so the suites find them built.
+test-compile: ## compile the unit, race and cross test binaries without running them
+	CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh unit -- $(UNIT_TESTS)
+	CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh race-pure -- $(RACE_PURE_TESTS)
+	CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh race-handler -- $(RACE_HANDLER_TESTS)
+	GOAMD64=v3 CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh amd64-v3 -- $(CROSS_TESTS)
+	GOARCH=arm64 CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh arm64 -- $(CROSS_TESTS)
 
 # qemu-user-static for the arm64 test binaries, from Debian, when absent.
 test-deps: ## qemu-user-static and rpm from Debian, when absent
@@ -156,10 +171,12 @@ test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-
 # are built from the pinned module, their images imported into the node's
 # containerd. The notes are in _output/e2e-kubeadm/report.md.
 KUBEADM_STATE := _output/e2e-kubeadm
-kubeadm-tools: ## kubeadm, kube-controller-manager, kube-scheduler (and etcd, kube-apiserver)
-	hack/build-control-plane.sh etcd kube-apiserver kube-controller-manager kube-scheduler kubeadm
+# Never etcd or kube-apiserver: make test builds these tools while a node
+# runs those binaries (control-plane builds them).
+kubeadm-tools: ## kubeadm, kube-controller-manager, kube-scheduler
+	hack/build-control-plane.sh kube-controller-manager kube-scheduler kubeadm
 
-test-e2e-kubeadm: node-deps node-tools kubeadm-tools kubelet kubelet-stock package ## kubeadm init, scenarios and reset on a local node, with each kubelet
+test-e2e-kubeadm: node-deps node-tools control-plane kubeadm-tools kubelet kubelet-stock package ## kubeadm init, scenarios and reset on a local node, with each kubelet
 	$(call then-down,$(KUBEADM_STATE)/node,hack/go-test.sh e2e-kubeadm --stream -- -trimpath -tags e2ekubeadm -count=1 -timeout 30m ./test/e2e_kubeadm/ -args -state "$$(pwd)/$(KUBEADM_STATE)")
 
 # Upstream's own node e2e suite, compiled unmodified from the pinned module,

@@ -9,6 +9,11 @@
 #
 # --stream prints the output as it comes (the long node suites); otherwise
 # only the packages' result lines are printed, and the whole log on failure.
+#
+# With CRITLET_TEST_COMPILE_ONLY=1 the suite's test binaries are compiled
+# and linked exactly as the run would (same arguments, hence the same
+# cache entries) but none runs: go test hands each to /bin/true. make test
+# compiles so beside the node suites. The log is _output/compile-NAME.log.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -30,6 +35,24 @@ shift
 
 cd "$(dirname "$0")/.."
 mkdir -p _output
+
+if [[ ${CRITLET_TEST_COMPILE_ONLY:-} == 1 ]]; then
+  log=_output/compile-${name}.log
+  for arg in "$@"; do
+    if [[ $arg == -exec || $arg == -exec=* ]]; then
+      echo "go-test ${name}: compile-only, yet the arguments name -exec (${arg}): the binaries would run" >&2
+      exit 2
+    fi
+  done
+  if ! go test -exec /bin/true -count=1 "$@" >"$log" 2>&1; then
+    cat "$log"
+    echo "go-test ${name}: compiling the test binaries failed (whole output: ${log})" >&2
+    exit 1
+  fi
+  echo "go-test ${name}: test binaries compiled, none run"
+  exit 0
+fi
+
 log=_output/test-${name}.log
 
 status=0

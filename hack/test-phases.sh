@@ -1,77 +1,196 @@
 #!/usr/bin/env bash
-# make test: every suite, one phase after another, each phase's wall time
-# measured. The table goes to standard output at the end (and when a phase
-# fails) and to _output/test-phases.tsv; docs/test-time.md keeps the
-# measured tables. A phase is make targets: the builds a suite needs are
-# phases of their own, so a suite's time is its own.
+# make test: every suite as timed phases, in two lanes. The node suites
+# spend most of their time waiting on a node, so while they run a second
+# lane, niced, does the work that needs no node and only compiles: the
+# kubeadm and upstream suites' tools, go vet, and the test binaries of the
+# suites that follow the node suites (make test-compile), which then run
+# from a warm cache. The lane runs no test: a test beside a node suite
+# could make either flaky.
 #
-#   hack/test-phases.sh            # every phase
-#   hack/test-phases.sh vet unit   # the named phases only, in table order
+# The table (phase, lane, start and wall time in seconds, result) goes to
+# standard output at the end, and when a phase fails, and to
+# _output/test-phases.tsv; docs/test-time.md keeps the measured tables.
+# A phase is make targets: the builds a suite needs are phases of their
+# own, so a suite's time is its own.
+#
+#   hack/test-phases.sh            # every phase, both lanes
+#   hack/test-phases.sh vet unit   # the named phases only, one after another
 set -euo pipefail
 shopt -s inherit_errexit
 
 cd "$(dirname "$0")/.."
 
-# name: make targets. The order is make test's.
-phases=(
+# name: make targets. The main lane, in order; "after:" phases wait for
+# the build lane to have done the named phase first.
+main_phases=(
   "tools: node-deps test-deps"
-  "vet: test-vet"
+  "kubelets: kubelet kubelet-stock critlet-explain"
+  "control-plane: control-plane node-tools"
+  "e2e-node: test-e2e-node"
+  "e2e-kubeadm: test-e2e-kubeadm"
+  "e2e-upstream: test-e2e-upstream"
   "unit: test-go"
   "patched: test-patched-kubelet"
   "race: test-race"
   "cross: test-cross"
-  "kubelets: kubelet kubelet-stock critlet-explain"
   "build: test-build"
   "package: test-package"
-  "control-plane: control-plane node-tools"
-  "e2e-node: test-e2e-node"
-  "kubeadm-tools: kubeadm-tools"
-  "e2e-kubeadm: test-e2e-kubeadm"
-  "e2e-upstream-tools: e2e-upstream-tools"
-  "e2e-upstream: test-e2e-upstream"
 )
-
-wanted=("$@")
-for w in "${wanted[@]}"; do
-  found=false
-  for p in "${phases[@]}"; do
-    [[ ${p%%:*} == "$w" ]] && found=true
-  done
-  $found || {
-    echo "test-phases: no phase $w (phases: $(printf '%s ' "${phases[@]%%:*}"))" >&2
-    exit 2
-  }
-done
+# The build lane, started once the main lane has built what the node
+# suites run (kubelets, control plane): nothing in it rebuilds those.
+build_phases=(
+  "kubeadm-tools: kubeadm-tools"
+  "e2e-upstream-tools: e2e-upstream-tools"
+  "vet: test-vet"
+  "test-compile: test-compile"
+)
+# What a main phase needs of the build lane; the main lane waits for it.
+declare -A needs=(
+  [e2e-kubeadm]=kubeadm-tools
+  [e2e-upstream]=e2e-upstream-tools
+  [unit]=test-compile
+)
+start_build_lane_after=control-plane
 
 mkdir -p _output
 table=_output/test-phases.tsv
-printf 'phase\tseconds\tresult\n' >"$table"
+lane_dir=_output/test-lane
+lane_log=_output/test-lane.log
 total_start=$(date +%s)
+
+# record NAME LANE START SECONDS RESULT appends a row to the table.
+record() {
+  printf '%s\t%s\t%d\t%d\t%s\n' "$1" "$2" "$(($3 - total_start))" "$4" "$5" >>"$table"
+}
 
 print_table() {
   echo
-  echo "make test phases (wall time):"
-  awk -F'\t' '{ printf "  %-20s %8s  %s\n", $1, $2, $3 }' "$table"
+  echo "make test phases (seconds; start is from the beginning of the run):"
+  awk -F'\t' '{ printf "  %-20s %-6s %6s %8s  %s\n", $1, $2, $3, $4, $5 }' "$table"
   echo "total: $(($(date +%s) - total_start)) s"
 }
 
-for p in "${phases[@]}"; do
-  name=${p%%:*}
+# run_phase LANE "NAME: TARGETS" runs one phase and records it; it returns
+# make's status.
+run_phase() {
+  local lane=$1 p=$2
+  local name=${p%%:*} targets status=0 start seconds result=ok
   read -ra targets <<<"${p#*:}"
-  if ((${#wanted[@]} > 0)) && [[ ! " ${wanted[*]} " == *" $name "* ]]; then
-    continue
-  fi
-  echo "=== phase ${name}: make ${targets[*]}"
+  echo "=== phase ${name} (${lane}): make ${targets[*]}"
   start=$(date +%s)
-  status=0
   make --no-print-directory "${targets[@]}" || status=$?
   seconds=$(($(date +%s) - start))
-  if ((status != 0)); then
-    printf '%s\t%d\tFAIL\n' "$name" "$seconds" >>"$table"
-    print_table
-    echo "test-phases: phase ${name} failed (make ${targets[*]}: status ${status})" >&2
-    exit 1
+  ((status == 0)) || result=FAIL
+  record "$name" "$lane" "$start" "$seconds" "$result"
+  return "$status"
+}
+
+# The named phases alone, one after another, in table order.
+if (($# > 0)); then
+  all=("${main_phases[@]:0:3}" "${build_phases[@]}" "${main_phases[@]:3}")
+  for w in "$@"; do
+    found=false
+    for p in "${all[@]}"; do
+      [[ ${p%%:*} == "$w" ]] && found=true
+    done
+    $found || {
+      echo "test-phases: no phase $w (phases: $(printf '%s ' "${all[@]%%:*}"))" >&2
+      exit 2
+    }
+  done
+  printf 'phase\tlane\tstart\tseconds\tresult\n' >"$table"
+  for p in "${all[@]}"; do
+    [[ " $* " == *" ${p%%:*} "* ]] || continue
+    run_phase main "$p" || {
+      print_table
+      echo "test-phases: phase ${p%%:*} failed" >&2
+      exit 1
+    }
+  done
+  print_table
+  exit 0
+fi
+
+printf 'phase\tlane\tstart\tseconds\tresult\n' >"$table"
+rm -rf "$lane_dir"
+mkdir -p "$lane_dir"
+lane_pid=
+
+# The build lane: each phase leaves NAME.ok or NAME.fail in lane_dir; the
+# first failure ends the lane. Its output goes to lane_log, whole, so that
+# it does not interleave with the node suites'.
+build_lane() {
+  local p
+  for p in "${build_phases[@]}"; do
+    if run_phase build "$p"; then
+      : >"${lane_dir}/${p%%:*}.ok"
+    else
+      : >"${lane_dir}/${p%%:*}.fail"
+      return 1
+    fi
+  done
+}
+
+# A run that ends, however, takes the lane with it: nothing may go on
+# compiling after make test has returned.
+stop_lane() {
+  if [[ -n $lane_pid ]] && kill -0 "$lane_pid" 2>/dev/null; then
+    kill -TERM -- "-${lane_pid}" 2>/dev/null || true
+    wait "$lane_pid" 2>/dev/null || true
   fi
-  printf '%s\t%d\tok\n' "$name" "$seconds" >>"$table"
+}
+trap stop_lane EXIT
+
+lane_failed() {
+  echo "test-phases: the build lane failed; its output (${lane_log}) ends:" >&2
+  tail -n 60 "$lane_log" >&2
+  print_table
+  exit 1
+}
+
+# wait_for NAME waits until the build lane has done NAME; the wait is the
+# main lane's and is recorded as a phase of its own when it lasts.
+wait_for() {
+  local name=$1 start
+  start=$(date +%s)
+  while [[ ! -e ${lane_dir}/${name}.ok ]]; do
+    compgen -G "${lane_dir}/*.fail" >/dev/null && lane_failed
+    if ! kill -0 "$lane_pid" 2>/dev/null; then
+      compgen -G "${lane_dir}/*.fail" >/dev/null && lane_failed
+      [[ -e ${lane_dir}/${name}.ok ]] && break
+      echo "test-phases: the build lane ended without doing ${name}" >&2
+      lane_failed
+    fi
+    sleep 1
+  done
+  if (($(date +%s) - start > 0)); then
+    record "wait:${name}" main "$start" "$(($(date +%s) - start))" ok
+  fi
+}
+
+for p in "${main_phases[@]}"; do
+  name=${p%%:*}
+  if [[ -n ${needs[$name]:-} ]]; then
+    wait_for "${needs[$name]}"
+  fi
+  # A lane that failed fails the run before the next phase starts.
+  compgen -G "${lane_dir}/*.fail" >/dev/null && lane_failed
+  run_phase main "$p" || {
+    print_table
+    echo "test-phases: phase ${name} failed" >&2
+    exit 1
+  }
+  if [[ $name == "$start_build_lane_after" ]]; then
+    echo "=== build lane started (niced; output in ${lane_log})"
+    # A session of its own, so that stop_lane ends every process in it;
+    # nice and ionice so that the node suites come first.
+    setsid nice -n 19 ionice -c 3 bash -c "$(declare -f record run_phase build_lane); $(declare -p build_phases lane_dir table total_start); build_lane" \
+      >"$lane_log" 2>&1 &
+    lane_pid=$!
+  fi
 done
+# The lane's every phase has run: wait_for covered the last one (unit needs
+# test-compile), and the lane ends with it.
+wait "$lane_pid" || lane_failed
+lane_pid=
 print_table

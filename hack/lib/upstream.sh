@@ -95,7 +95,14 @@ upstream::copy() {
 upstream::modfile() {
   local copy=$1 outdir=$2
   mkdir -p "$outdir"
-  cp go.mod "${outdir}/go.mod.tmp"
+  # Temporary names of this run's own: make test builds in two lanes, and
+  # both may prepare at once.
+  local mod_tmp sum_tmp
+  mod_tmp=$(mktemp "${outdir}/.go.mod.XXXXXX") && sum_tmp=$(mktemp "${outdir}/.go.sum.XXXXXX") || {
+    echo "upstream: cannot make temporary files in ${outdir}" >&2
+    return 1
+  }
+  cp go.mod "$mod_tmp"
   # Relative to the module root when the copy is inside it: the binaries
   # record the replacement in their build information, and an absolute path
   # would make two checkouts of one commit build different bytes.
@@ -103,17 +110,28 @@ upstream::modfile() {
   if [[ $copy == "$PWD"/* ]]; then
     target="./${copy#"$PWD"/}"
   fi
-  go mod edit -replace="${UPSTREAM_MODULE}=${target}" "${outdir}/go.mod.tmp" || {
+  go mod edit -replace="${UPSTREAM_MODULE}=${target}" "$mod_tmp" || {
+    rm -f "$mod_tmp" "$sum_tmp"
     echo "upstream: generating ${outdir}/go.mod failed" >&2
     return 1
   }
-  cp go.sum "${outdir}/go.sum.tmp"
-  local f
-  for f in go.mod go.sum; do
-    if cmp -s "${outdir}/${f}.tmp" "${outdir}/${f}"; then
-      rm "${outdir}/${f}.tmp"
-    else
-      mv "${outdir}/${f}.tmp" "${outdir}/${f}"
-    fi
-  done
+  cp go.sum "$sum_tmp"
+  upstream::replace_if_changed "$mod_tmp" "${outdir}/go.mod" &&
+    upstream::replace_if_changed "$sum_tmp" "${outdir}/go.sum"
+}
+
+# upstream::replace_if_changed TMP FILE: FILE gets TMP's contents by rename
+# (readers see the old file or the new, whole), or keeps its own when they
+# are the same; TMP is gone either way.
+upstream::replace_if_changed() {
+  local tmp=$1 file=$2
+  if cmp -s "$tmp" "$file"; then
+    rm -f "$tmp"
+  else
+    chmod 0644 "$tmp" && mv "$tmp" "$file" || {
+      rm -f "$tmp"
+      echo "upstream: replacing ${file} failed" >&2
+      return 1
+    }
+  fi
 }
