@@ -14,7 +14,7 @@ SHELL := /usr/bin/env bash
 # The binaries are always handed to go build, whose cache knows what changed.
 .PHONY: help all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
 	package release test test-unit test-vet test-go test-compile test-patched-kubelet test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
-	test-e2e-upstream test-e2e-upstream-conformance e2e-upstream-tools kubeadm-tools clean
+	test-e2e-upstream test-e2e-upstream-conformance e2e-upstream-tools agnhost kubeadm-tools clean
 
 KUBELET ?= _output/bin/kubelet
 KUBELET_FLAGS ?=
@@ -180,21 +180,25 @@ test-e2e-kubeadm: node-deps node-tools control-plane kubeadm-tools kubelet kubel
 	$(call then-down,$(KUBEADM_STATE)/node,hack/go-test.sh e2e-kubeadm --stream -- -trimpath -tags e2ekubeadm -count=1 -timeout 30m ./test/e2e_kubeadm/ -args -state "$$(pwd)/$(KUBEADM_STATE)")
 
 # Upstream's own node e2e suite, compiled unmodified from the pinned module,
-# run on each kubelet in a RuntimeOnly local node; agnhost, an image the
-# suite needs, and ginkgo's runner (the conformance set runs in several
-# processes) compiled from the module too. The report compares the
-# kubelets test by test; JUnit reports go beside it.
+# run on each kubelet in a RuntimeOnly local node; ginkgo's runner (the
+# conformance set runs in several processes) compiled from the module too,
+# and for the conformance set agnhost, an image its tests run (CGO_ENABLED=0
+# as upstream's image, hence a compilation of its whole graph of its own;
+# CriticalPod's tests run pause only). The report compares the kubelets test
+# by test; JUnit reports go beside it.
 UPSTREAM_STATE := _output/e2e-upstream
-e2e-upstream-tools: ## upstream's e2e_node test binary, agnhost, ginkgo, the runner
+e2e-upstream-tools: ## upstream's e2e_node test binary, ginkgo, the runner
 	go test -c -trimpath -o _output/bin/e2e_node.test k8s.io/kubernetes/test/e2e_node
-	CGO_ENABLED=0 go build -trimpath -o _output/bin/agnhost k8s.io/kubernetes/test/images/agnhost
 	go build -trimpath -o _output/bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 	go build -trimpath -o _output/bin/e2e-upstream ./test/e2e_upstream
+
+agnhost: ## _output/bin/agnhost, from the pinned module, static (the conformance set's image)
+	CGO_ENABLED=0 go build -trimpath -o _output/bin/agnhost k8s.io/kubernetes/test/images/agnhost
 
 test-e2e-upstream: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools ## upstream's CriticalPod node e2e tests on each kubelet
 	$(call then-down,$(UPSTREAM_STATE)/node,_output/bin/e2e-upstream -focus critical -state "$(UPSTREAM_STATE)" -report _output/e2e-upstream-report.md)
 
-test-e2e-upstream-conformance: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools ## upstream's node conformance tests on each kubelet (hours)
+test-e2e-upstream-conformance: node-deps node-tools kubelet kubelet-stock e2e-upstream-tools agnhost ## upstream's node conformance tests on each kubelet (hours)
 	$(call then-down,$(UPSTREAM_STATE)/node,_output/bin/e2e-upstream -focus conformance -state "$(UPSTREAM_STATE)" -report _output/e2e-upstream-conformance-report.md)
 
 clean: ## bring down every node this checkout runs, then remove _output

@@ -22,7 +22,8 @@ var (
 	busyboxImage = imageutils.GetE2EImage(imageutils.BusyBox)
 )
 
-// imageSources are the files the images are made of.
+// imageSources are the files the images are made of; without Agnhost
+// there is no agnhost image.
 type imageSources struct {
 	Pause, Agnhost, Busybox string
 }
@@ -43,10 +44,6 @@ func suiteImages(src imageSources) ([]oci.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	agnhost, err := read(src.Agnhost)
-	if err != nil {
-		return nil, err
-	}
 	userland, err := busyboxUserland(src.Busybox)
 	if err != nil {
 		return nil, err
@@ -56,6 +53,17 @@ func suiteImages(src imageSources) ([]oci.Image, error) {
 		oci.File{Path: "/etc/passwd", Content: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n")},
 		oci.File{Path: "/etc/group", Content: []byte("root:x:0:\nnogroup:x:65534:\n")},
 	)
+	imgs := []oci.Image{
+		{Name: pauseImage, Entrypoint: []string{"/pause"}, Files: []oci.File{{Path: "/pause", Mode: 0o755, Content: pause}}},
+		{Name: busyboxImage, Cmd: []string{"sh"}, Env: []string{pathEnv}, Files: bbFiles},
+	}
+	if src.Agnhost == "" {
+		return imgs, nil
+	}
+	agnhost, err := read(src.Agnhost)
+	if err != nil {
+		return nil, err
+	}
 	agFiles := append(append([]oci.File(nil), userland...),
 		oci.File{Path: "/agnhost", Mode: 0o755, Content: agnhost},
 		oci.File{Path: "/agnhost-2", Link: "agnhost"},
@@ -63,11 +71,7 @@ func suiteImages(src imageSources) ([]oci.Image, error) {
 		oci.File{Path: "/etc/passwd", Content: []byte("root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n")},
 		oci.File{Path: "/etc/group", Content: []byte("root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\nnogroup:x:65534:\n")},
 	)
-	return []oci.Image{
-		{Name: pauseImage, Entrypoint: []string{"/pause"}, Files: []oci.File{{Path: "/pause", Mode: 0o755, Content: pause}}},
-		{Name: busyboxImage, Cmd: []string{"sh"}, Env: []string{pathEnv}, Files: bbFiles},
-		{Name: agnhostImage, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{pathEnv}, Files: agFiles},
-	}, nil
+	return append(imgs, oci.Image{Name: agnhostImage, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{pathEnv}, Files: agFiles}), nil
 }
 
 // busyboxUserland is a static busybox and a link for each applet it lists.

@@ -39,6 +39,7 @@ var focusSets = map[string]focusSet{
 		skip:     `\[Flaky\]|\[Slow\]|\[Serial\]`,
 		procs:    8,
 		recheck:  2,
+		agnhost:  true,
 		timeout:  4 * time.Hour,
 		describe: "upstream's [NodeConformance] and [NodeFeature:…] tests",
 	},
@@ -57,7 +58,11 @@ type focusSet struct {
 	// recheck is how many times each test the kubelets differed on is run
 	// again on every kubelet; only a difference that reproduces fails the
 	// run. Zero for an all-pass focus: a flake there is a bug.
-	recheck  int
+	recheck int
+	// agnhost: the tests run agnhost's image, compiled from the pinned
+	// module (CGO_ENABLED=0, as upstream's image: a compilation of its own
+	// whole graph). CriticalPod's tests run pause only.
+	agnhost  bool
 	describe string
 }
 

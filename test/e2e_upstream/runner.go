@@ -49,7 +49,10 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 	if os.Geteuid() != 0 {
 		return nil, nil, nil, errors.New("needs root: the suite's kubelet runs pods in containerd")
 	}
-	tools := []string{r.suite, r.agnhost}
+	tools := []string{r.suite}
+	if r.focus.agnhost {
+		tools = append(tools, r.agnhost)
+	}
 	if r.focus.procs > 1 {
 		tools = append(tools, r.ginkgo)
 	}
@@ -124,7 +127,11 @@ func (r *runner) onNode(ctx context.Context, cfg localnode.Config, kubelets []ku
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	imgs, err := suiteImages(imageSources{Pause: filepath.Join(r.bin, "pause"), Agnhost: r.agnhost, Busybox: "/bin/busybox"})
+	src := imageSources{Pause: filepath.Join(r.bin, "pause"), Busybox: "/bin/busybox"}
+	if r.focus.agnhost {
+		src.Agnhost = r.agnhost
+	}
+	imgs, err := suiteImages(src)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -139,8 +146,12 @@ func (r *runner) onNode(ctx context.Context, cfg localnode.Config, kubelets []ku
 		}
 		notes = append(notes, fmt.Sprintf("%s: %s (%s)", k.name, k.binary, strings.TrimSpace(string(out))))
 	}
+	built := []string{pauseImage + " (the project's pause)", busyboxImage + " (Debian's busybox)"}
+	if r.focus.agnhost {
+		built = append(built, agnhostImage+" (agnhost from the pinned module on Debian's busybox)")
+	}
 	notes = append(notes,
-		fmt.Sprintf("Images built here and imported: %s (the project's pause), %s (agnhost from the pinned module on Debian's busybox), %s (Debian's busybox). Any other image the suite names cannot be pulled: there is no registry.", pauseImage, agnhostImage, busyboxImage),
+		fmt.Sprintf("Images built here and imported: %s. Any other image the suite names cannot be pulled: there is no registry.", strings.Join(built, ", ")),
 		"The suite: "+r.suite+", focus `"+r.focus.focus+"`, image pre-pulling off, the kubelets with default settings.",
 	)
 	focus := r.focus.focus
