@@ -13,7 +13,7 @@ SHELL := /usr/bin/env bash
 
 # The binaries are always handed to go build, whose cache knows what changed.
 .PHONY: help all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
-	package release test test-unit test-vet test-go test-compile test-patched-kubelet test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
+	package release test test-unit test-vet test-go test-compile test-compile-race test-compile-cross test-patched-kubelet test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
 	test-e2e-upstream test-e2e-upstream-conformance e2e-upstream-tools agnhost kubeadm-tools clean
 
 KUBELET ?= _output/bin/kubelet
@@ -117,7 +117,7 @@ test-patched-kubelet: ## upstream's pkg/kubelet and pkg/kubelet/cm tests and the
 # minutes once, then comes from the cache).
 test-race: ## the race detector on the pure packages and the handler's termination
 	hack/go-test.sh race-pure -- $(RACE_PURE_TESTS)
-	hack/go-test.sh race-handler -- $(RACE_HANDLER_TESTS)
+	hack/go-test.sh race-handler -- -run '$(RACE_HANDLER_RUN)' $(RACE_HANDLER_TESTS)
 
 # Victims must be the stock kubelet's on every code generator: amd64 v3
 # and arm64 fuse multiply-adds where v1 cannot. The selection's and the
@@ -126,20 +126,23 @@ test-cross: test-deps ## the handler's and selection's tests on amd64 v3 and arm
 	GOAMD64=v3 hack/go-test.sh amd64-v3 -- $(CROSS_TESTS)
 	GOARCH=arm64 hack/go-test.sh arm64 -- -exec qemu-aarch64-static $(CROSS_TESTS)
 
-# Each suite's go test arguments, shared by its target and test-compile so
-# that both make the same entries in Go's cache.
+# Each suite's build flags and packages, shared by its target and
+# test-compile so that both make the same entries in Go's cache.
 UNIT_TESTS := -trimpath ./...
 RACE_PURE_TESTS := -trimpath -race ./pkg/victims/... ./pkg/settings/... ./pkg/termination/... ./pkg/kubeletstate/...
-RACE_HANDLER_TESTS := -trimpath -race -run 'Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown|Resume|Outage' ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption
+RACE_HANDLER_TESTS := -trimpath -race ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption
+RACE_HANDLER_RUN := Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown|Resume|Outage
 CROSS_TESTS := -trimpath ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption/ ./pkg/victims/ ./pkg/termination/
 
-# The test binaries of unit, race and cross, compiled and linked as those
-# targets would, none run (hack/go-test.sh's compile-only mode): make test
-# compiles them beside the node suites, so the suites find them built.
-test-compile: ## compile the unit, race and cross test binaries without running them
-	CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh unit -- $(UNIT_TESTS)
+# What the race and cross suites compile, compiled and nothing run or linked
+# (hack/go-test.sh's compile-only mode): make test compiles it beside the
+# node suites, so that those suites find it built. (The unit tests' is
+# test-vet's.)
+test-compile: test-compile-race test-compile-cross ## compile what the race and cross suites need, running nothing
+test-compile-race:
 	CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh race-pure -- $(RACE_PURE_TESTS)
 	CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh race-handler -- $(RACE_HANDLER_TESTS)
+test-compile-cross:
 	GOAMD64=v3 CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh amd64-v3 -- $(CROSS_TESTS)
 	GOARCH=arm64 CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh arm64 -- $(CROSS_TESTS)
 

@@ -2,10 +2,12 @@
 # make test: every suite as timed phases, in two lanes. The node suites
 # spend most of their time waiting on a node, so while they run a second
 # lane, niced, does the work that needs no node and only compiles: the
-# kubeadm and upstream suites' tools, go vet, and the test binaries of the
-# suites that follow the node suites (make test-compile), which then run
-# from a warm cache. The lane runs no test: a test beside a node suite
-# could make either flaky.
+# kubeadm and upstream suites' tools, go vet (which compiles what the unit
+# tests need), and what the race and cross suites compile (make
+# test-compile). The suites after the node suites then run from a warm
+# cache, each once the lane has compiled what it needs, while the lane goes
+# on. The lane runs no test: a test beside a node suite could make either
+# flaky, and the lane's niceness leaves the tests after them the CPU.
 #
 # The table (phase, lane, start and wall time in seconds, result) goes to
 # standard output at the end, and when a phase fails, and to
@@ -31,10 +33,10 @@ main_phases=(
   "e2e-upstream: test-e2e-upstream"
   "unit: test-go"
   "patched: test-patched-kubelet"
-  "race: test-race"
-  "cross: test-cross"
   "build: test-build"
   "package: test-package"
+  "race: test-race"
+  "cross: test-cross"
 )
 # The build lane, started once the main lane has built what the node
 # suites run (kubelets, control plane): nothing in it rebuilds those.
@@ -42,13 +44,16 @@ build_phases=(
   "kubeadm-tools: kubeadm-tools"
   "e2e-upstream-tools: e2e-upstream-tools"
   "vet: test-vet"
-  "test-compile: test-compile"
+  "compile-race: test-compile-race"
+  "compile-cross: test-compile-cross"
 )
 # What a main phase needs of the build lane; the main lane waits for it.
 declare -A needs=(
   [e2e-kubeadm]=kubeadm-tools
   [e2e-upstream]=e2e-upstream-tools
-  [unit]=test-compile
+  [unit]=vet
+  [race]=compile-race
+  [cross]=compile-cross
 )
 start_build_lane_after=control-plane
 
@@ -189,8 +194,8 @@ for p in "${main_phases[@]}"; do
     lane_pid=$!
   fi
 done
-# The lane's every phase has run: wait_for covered the last one (unit needs
-# test-compile), and the lane ends with it.
+# The lane's every phase has run: wait_for covered the last one (cross needs
+# compile-cross), and the lane ends with it.
 wait "$lane_pid" || lane_failed
 lane_pid=
 print_table
