@@ -112,26 +112,26 @@ test-go: node-deps test-deps ## the unit tests (containerd, rpm and busybox-stat
 test-patched-kubelet: ## upstream's pkg/kubelet and pkg/kubelet/cm tests and the patches' on the patched packages, settings off and on
 	hack/test-patched-kubelet.sh
 
-# The race detector on the pure packages, and on the handler's concurrent
-# termination (race-compiling its kubelet dependencies costs about ten
-# minutes once, then comes from the cache).
-test-race: ## the race detector on the pure packages and the handler's termination
-	hack/go-test.sh race-pure -- $(RACE_PURE_TESTS)
-	hack/go-test.sh race-handler -- -run '$(RACE_HANDLER_RUN)' $(RACE_HANDLER_TESTS)
+# The race detector on the pure packages and on the handler, whose tests
+# include its concurrent termination and the differential, compiled for
+# amd64 v3: one compilation of the handler's kubelet dependencies (about
+# 1,340 packages) serves both the race detector and the v3 code generator,
+# which fuses multiply-adds where v1 cannot (the differential must hold
+# there too; race instrumentation leaves arithmetic as it is).
+test-race: ## the race detector, compiled for amd64 v3: the pure packages, the handler and its differential
+	GOAMD64=v3 hack/go-test.sh race-v3 -- $(RACE_TESTS)
 
-# Victims must be the stock kubelet's on every code generator: amd64 v3
-# and arm64 fuse multiply-adds where v1 cannot. The selection's and the
-# handler's tests again there, arm64 under user-mode emulation.
-test-cross: test-deps ## the handler's and selection's tests on amd64 v3 and arm64 (emulated)
-	GOAMD64=v3 hack/go-test.sh amd64-v3 -- $(CROSS_TESTS)
+# Victims must be the stock kubelet's on every code generator: arm64 fuses
+# multiply-adds where amd64 v1 cannot (amd64 v3 is test-race's). The
+# selection's and the handler's tests again there, under user-mode
+# emulation.
+test-cross: test-deps ## the handler's and selection's tests on arm64 (emulated)
 	GOARCH=arm64 hack/go-test.sh arm64 -- -exec qemu-aarch64-static $(CROSS_TESTS)
 
 # Each suite's build flags and packages, shared by its target and
 # test-compile so that both make the same entries in Go's cache.
 UNIT_TESTS := -trimpath ./...
-RACE_PURE_TESTS := -trimpath -race ./pkg/victims/... ./pkg/settings/... ./pkg/termination/... ./pkg/kubeletstate/...
-RACE_HANDLER_TESTS := -trimpath -race ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption
-RACE_HANDLER_RUN := Termination|Parallelism|Replanning|Metrics|TimedOut|Cancelled|Shutdown|Resume|Outage
+RACE_TESTS := -trimpath -race ./pkg/victims/... ./pkg/settings/... ./pkg/termination/... ./pkg/kubeletstate/... ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption/
 CROSS_TESTS := -trimpath ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption/ ./pkg/victims/ ./pkg/termination/
 
 # What the race and cross suites compile, compiled and nothing run or linked
@@ -140,10 +140,8 @@ CROSS_TESTS := -trimpath ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption/ ./p
 # test-vet's.)
 test-compile: test-compile-race test-compile-cross ## compile what the race and cross suites need, running nothing
 test-compile-race:
-	CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh race-pure -- $(RACE_PURE_TESTS)
-	CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh race-handler -- $(RACE_HANDLER_TESTS)
+	GOAMD64=v3 CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh race-v3 -- $(RACE_TESTS)
 test-compile-cross:
-	GOAMD64=v3 CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh amd64-v3 -- $(CROSS_TESTS)
 	GOARCH=arm64 CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh arm64 -- $(CROSS_TESTS)
 
 # qemu-user-static for the arm64 test binaries, from Debian, when absent.
