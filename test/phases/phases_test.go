@@ -1,0 +1,144 @@
+// Package phases checks make test's runner, hack/test-phases.sh, on a
+// stand-in Makefile whose targets only sleep and say when: the order of
+// the two lanes, the build lane's niceness, and what a failure in either
+// lane does to the run.
+package phases
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/critlet/critlet/test/testenv"
+)
+
+// standIn is a Makefile whose every target records "target start end nice"
+// in events.log; SLEEP_<target> (dashes as underscores) sets how long it
+// takes and FAIL=<target> makes it fail.
+const standIn = `SHELL := /bin/bash
+%:
+	@start=$$(date +%s.%N); sleep $${SLEEP_$(subst -,_,$@):-0.2}; \
+	echo "$@ $$start $$(date +%s.%N) $$(nice)" >> events.log; [[ "$${FAIL:-}" != "$@" ]]
+`
+
+type event struct {
+	start, end float64
+	nice       int
+}
+
+// run runs the runner in a tree of its own with env, and returns its
+// output, the targets that ran, and its error.
+func run(t *testing.T, env ...string) (string, map[string]event, error) {
+	t.Helper()
+	for _, tool := range []string{"make", "setsid", "nice", "ionice"} {
+		_, err := exec.LookPath(tool)
+		testenv.Need(t, tool, err)
+	}
+	dir := t.TempDir()
+	script, err := os.ReadFile("../../hack/test-phases.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "hack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hack", "test-phases.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), []byte(standIn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "hack/test-phases.sh")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, runErr := cmd.CombinedOutput()
+	events := map[string]event{}
+	f, err := os.Open(filepath.Join(dir, "events.log"))
+	if err != nil {
+		t.Fatalf("no target ran: %v\n%s", err, out)
+	}
+	defer f.Close()
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		fields := strings.Fields(sc.Text())
+		start, _ := strconv.ParseFloat(fields[1], 64)
+		end, _ := strconv.ParseFloat(fields[2], 64)
+		nice, _ := strconv.Atoi(fields[3])
+		events[fields[0]] = event{start, end, nice}
+	}
+	return string(out), events, runErr
+}
+
+func TestLanes(t *testing.T) {
+	out, ev, err := run(t, "SLEEP_test_e2e_node=3", "SLEEP_test_compile_cross=6")
+	if err != nil {
+		t.Fatalf("the run failed: %v\n%s", err, out)
+	}
+	for _, target := range []string{"node-deps", "kubelet", "control-plane", "test-e2e-node", "test-e2e-kubeadm", "test-e2e-upstream",
+		"test-go", "test-patched-kubelet", "test-build", "test-package", "test-race", "test-cross",
+		"kubeadm-tools", "e2e-upstream-tools", "test-vet", "test-compile-race", "test-compile-cross"} {
+		if _, ok := ev[target]; !ok {
+			t.Errorf("%s never ran", target)
+		}
+	}
+	// The build lane starts once the control plane is built, runs beside
+	// the node suite, niced; the main lane is not.
+	if ev["kubeadm-tools"].start < ev["control-plane"].end || ev["kubeadm-tools"].start > ev["test-e2e-node"].end {
+		t.Errorf("the build lane did not start beside the node suite: %+v", ev)
+	}
+	if ev["test-vet"].nice != 19 || ev["test-e2e-node"].nice != 0 {
+		t.Errorf("niceness: build lane %d, main lane %d; want 19 and 0", ev["test-vet"].nice, ev["test-e2e-node"].nice)
+	}
+	// A suite starts only once the lane has built what it needs.
+	for suite, need := range map[string]string{"test-e2e-kubeadm": "kubeadm-tools", "test-e2e-upstream": "e2e-upstream-tools",
+		"test-go": "test-vet", "test-race": "test-compile-race", "test-cross": "test-compile-cross"} {
+		if ev[suite].start < ev[need].end {
+			t.Errorf("%s started before %s ended", suite, need)
+		}
+	}
+	if !strings.Contains(out, "compile-cross        build") {
+		t.Errorf("the table lacks the build lane's phases:\n%s", out)
+	}
+}
+
+// A build lane phase that fails fails the run once the main lane's phase
+// ends; nothing after it runs.
+func TestBuildLaneFailure(t *testing.T) {
+	out, ev, err := run(t, "FAIL=test-vet", "SLEEP_test_e2e_node=2")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("the run: %v, want exit status 1\n%s", err, out)
+	}
+	if !strings.Contains(out, "the build lane failed") || !strings.Contains(out, "test-vet") {
+		t.Errorf("the output does not say the build lane failed in vet:\n%s", out)
+	}
+	for _, never := range []string{"test-compile-race", "test-go", "test-e2e-upstream"} {
+		if _, ok := ev[never]; ok {
+			t.Errorf("%s ran after the build lane failed", never)
+		}
+	}
+}
+
+// A main lane phase that fails ends the run at once, and the build lane
+// with it: nothing goes on compiling after make test returned.
+func TestMainLaneFailureStopsTheBuildLane(t *testing.T) {
+	start := time.Now()
+	out, ev, err := run(t, "FAIL=test-e2e-node", "SLEEP_kubeadm_tools=31.7")
+	if err == nil {
+		t.Fatalf("the run passed with a failing node suite:\n%s", out)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the run took %s: it waited for the build lane", took)
+	}
+	if _, ok := ev["kubeadm-tools"]; ok {
+		t.Error("the build lane's phase ran to its end after the run failed")
+	}
+	if out, _ := exec.Command("pgrep", "-f", "sleep 31.7").Output(); len(out) > 0 {
+		t.Errorf("the build lane's processes outlived the run: %s", out)
+	}
+}
