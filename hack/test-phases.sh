@@ -22,8 +22,8 @@ shopt -s inherit_errexit
 
 cd "$(dirname "$0")/.."
 
-# name: make targets. The main lane, in order; "after:" phases wait for
-# the build lane to have done the named phase first.
+# name: make targets. The main lane, in order (needs, below, says which
+# phases wait for the build lane).
 main_phases=(
   "tools: node-deps test-deps"
   "kubelets: kubelet kubelet-stock critlet-explain"
@@ -136,6 +136,22 @@ build_lane() {
   done
 }
 
+# build_lane_guarded runs the lane as the leader of its own session, and
+# ends the session if the main lane's process (main_pid) is gone: a main
+# lane killed outright (SIGKILL, a CI timeout) runs no exit trap.
+build_lane_guarded() {
+  build_lane &
+  local body=$!
+  while kill -0 "$body" 2>/dev/null; do
+    if ! kill -0 "$main_pid" 2>/dev/null; then
+      echo "test-phases: the main lane (pid ${main_pid}) is gone; stopping the build lane" >&2
+      kill -TERM -- "-$$"
+    fi
+    sleep 2
+  done
+  wait "$body"
+}
+
 # A run that ends, however, takes the lane with it: nothing may go on
 # compiling after make test has returned.
 stop_lane() {
@@ -189,7 +205,8 @@ for p in "${main_phases[@]}"; do
     echo "=== build lane started (niced; output in ${lane_log})"
     # A session of its own, so that stop_lane ends every process in it;
     # nice and ionice so that the node suites come first.
-    setsid nice -n 19 ionice -c 3 bash -c "$(declare -f record run_phase build_lane); $(declare -p build_phases lane_dir table total_start); build_lane" \
+    main_pid=$$
+    setsid nice -n 19 ionice -c 3 bash -c "$(declare -f record run_phase build_lane build_lane_guarded); $(declare -p build_phases lane_dir table total_start main_pid); build_lane_guarded" \
       >"$lane_log" 2>&1 &
     lane_pid=$!
   fi

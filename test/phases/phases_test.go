@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,16 +28,10 @@ const standIn = `SHELL := /bin/bash
 	echo "$@ $$start $$(date +%s.%N) $$(nice)" >> events.log; [[ "$${FAIL:-}" != "$@" ]]
 `
 
-type event struct {
-	start, end float64
-	nice       int
-}
-
-// run runs the runner in a tree of its own with env, and returns its
-// output, the targets that ran, and its error.
-func run(t *testing.T, env ...string) (string, map[string]event, error) {
+// standInTree is a tree holding the runner and the stand-in Makefile.
+func standInTree(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"make", "setsid", "nice", "ionice"} {
+	for _, tool := range []string{"make", "setsid", "nice", "ionice", "pgrep"} {
 		_, err := exec.LookPath(tool)
 		testenv.Need(t, tool, err)
 	}
@@ -54,6 +49,19 @@ func run(t *testing.T, env ...string) (string, map[string]event, error) {
 	if err := os.WriteFile(filepath.Join(dir, "Makefile"), []byte(standIn), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+type event struct {
+	start, end float64
+	nice       int
+}
+
+// run runs the runner in a tree of its own with env, and returns its
+// output, the targets that ran, and its error.
+func run(t *testing.T, env ...string) (string, map[string]event, error) {
+	t.Helper()
+	dir := standInTree(t)
 	cmd := exec.Command("bash", "hack/test-phases.sh")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
@@ -140,5 +148,37 @@ func TestMainLaneFailureStopsTheBuildLane(t *testing.T) {
 	}
 	if out, _ := exec.Command("pgrep", "-f", "sleep 31.7").Output(); len(out) > 0 {
 		t.Errorf("the build lane's processes outlived the run: %s", out)
+	}
+}
+
+// A main lane killed outright runs no exit trap; the build lane notices
+// and ends itself.
+func TestKilledMainLaneStopsTheBuildLane(t *testing.T) {
+	dir := standInTree(t)
+	cmd := exec.Command("bash", "hack/test-phases.sh")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SLEEP_kubeadm_tools=32.3", "SLEEP_test_e2e_node=60")
+	// A process group of its own, so that the main lane's children (the
+	// node suite's stand-in, the caller's to end) can be ended after.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	lane := func() []byte { out, _ := exec.Command("pgrep", "-f", "sleep 32.3").Output(); return out }
+	for deadline := time.Now().Add(20 * time.Second); len(lane()) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("the build lane never started")
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for deadline := time.Now().Add(10 * time.Second); len(lane()) > 0; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the build lane outlived its killed main lane by 10 s: %s", lane())
+		}
 	}
 }
