@@ -83,7 +83,7 @@ func run(t *testing.T, env ...string) (string, map[string]event, error) {
 }
 
 func TestLanes(t *testing.T) {
-	out, ev, err := run(t, "SLEEP_test_e2e_node=3", "SLEEP_test_compile_cross=6")
+	out, ev, err := run(t, "SLEEP_test_e2e_node=5", "SLEEP_test_compile_cross=8")
 	if err != nil {
 		t.Fatalf("the run failed: %v\n%s", err, out)
 	}
@@ -99,8 +99,10 @@ func TestLanes(t *testing.T) {
 	if ev["kubeadm-tools"].start < ev["control-plane"].end || ev["kubeadm-tools"].start > ev["test-e2e-node"].end {
 		t.Errorf("the build lane did not start beside the node suite: %+v", ev)
 	}
-	if ev["test-vet"].nice != 19 || ev["test-e2e-node"].nice != 0 {
-		t.Errorf("niceness: build lane %d, main lane %d; want 19 and 0", ev["test-vet"].nice, ev["test-e2e-node"].nice)
+	// Relative to the main lane's, which is the caller's (a niced CI run
+	// starts above 0).
+	if ev["test-vet"].nice != 19 || ev["test-e2e-node"].nice >= 19 {
+		t.Errorf("niceness: build lane %d, main lane %d; want 19 and the caller's", ev["test-vet"].nice, ev["test-e2e-node"].nice)
 	}
 	// A suite starts only once the lane has built what it needs.
 	for suite, need := range map[string]string{"test-e2e-kubeadm": "kubeadm-tools", "test-e2e-upstream": "e2e-upstream-tools",
@@ -115,7 +117,8 @@ func TestLanes(t *testing.T) {
 }
 
 // A build lane phase that fails fails the run once the main lane's phase
-// ends; nothing after it runs.
+// ends; nothing that waits for it runs (whether a suite that waits for an
+// earlier lane phase runs first depends on how fast the lane got there).
 func TestBuildLaneFailure(t *testing.T) {
 	out, ev, err := run(t, "FAIL=test-vet", "SLEEP_test_e2e_node=2")
 	var exit *exec.ExitError
@@ -125,7 +128,7 @@ func TestBuildLaneFailure(t *testing.T) {
 	if !strings.Contains(out, "the build lane failed") || !strings.Contains(out, "test-vet") {
 		t.Errorf("the output does not say the build lane failed in vet:\n%s", out)
 	}
-	for _, never := range []string{"test-compile-race", "test-go", "test-e2e-upstream"} {
+	for _, never := range []string{"test-compile-race", "test-go"} {
 		if _, ok := ev[never]; ok {
 			t.Errorf("%s ran after the build lane failed", never)
 		}
