@@ -68,6 +68,13 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 		}
 		started := time.Now()
 		arrived := e.create(withWidget(bestEffort("arrived")))
+		// The plugin must come back after the kubelet has tried both pods,
+		// not merely 10 s after it started: on a busy machine a kubelet can
+		// be Ready before it has taken its pods from the API.
+		for _, p := range []*v1.Pod{holder, arrived} {
+			e.waitTriedWithoutPlugin(p, holds, 2*time.Minute)
+		}
+		e.note("both pods tried %s after the kubelet started", time.Since(started).Round(100*time.Millisecond))
 		e.settle(10*time.Second - time.Since(started))
 		e.startDevicePlugin(string(widget), ids...)
 		e.note("plugin back %s after the kubelet started", time.Since(started).Round(100*time.Millisecond))
@@ -146,6 +153,23 @@ func (e *env) restartKubeletWithPlugin(holder *v1.Pod, resource v1.ResourceName,
 		e.t.Errorf("after a kubelet restart %s holds %v, want %v", holder.Name, got, devices)
 	}
 	return stop
+}
+
+// waitTriedWithoutPlugin waits until the kubelet has tried p while its
+// device plugin is away: held (a WaitingForDevicePlugin event) where the
+// kubelet holds such pods, else refused (Failed).
+func (e *env) waitTriedWithoutPlugin(p *v1.Pod, holds bool, timeout time.Duration) {
+	e.t.Helper()
+	if !holds {
+		e.waitPhase(p, timeout, v1.PodFailed)
+		return
+	}
+	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return e.eventCount(p, "WaitingForDevicePlugin") > 0, nil
+	})
+	if err != nil {
+		e.t.Fatalf("%s: no WaitingForDevicePlugin event while the device plugin was away: %v (events %v)", p.Name, err, e.eventReasons(p))
+	}
 }
 
 var deviceReadmitting = critletKubelet.with([]string{"--critical-device-readmission"}, nil)
