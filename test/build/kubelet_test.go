@@ -160,6 +160,29 @@ func TestHelpListsUpstreamFlags(t *testing.T) {
 	t.Logf("upstream's %d flags listed unchanged; critlet adds %v", len(want), added)
 }
 
+// TestRebuildLeavesAnUnchangedKubelet: make test asks for the kubelets
+// again while suites read them; a rebuild that changes nothing leaves the
+// file, and its time (the packages' version reads it), as they were.
+func TestRebuildLeavesAnUnchangedKubelet(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "kubelet-stock")
+	mustRun(t, "hack/build-kubelet.sh", "stock", bin)
+	before, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "hack/build-kubelet.sh", "stock", bin)
+	after, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("the rebuild replaced %s (modified %s, was %s)", bin, after.ModTime(), before.ModTime())
+	}
+	if matches, _ := filepath.Glob(filepath.Join(filepath.Dir(bin), ".*")); len(matches) > 0 {
+		t.Errorf("the builds left %v", matches)
+	}
+}
+
 // TestPlainBuildRefusesToRun builds ./cmd/kubelet the way a user might by
 // mistake, without the overlay, and checks the result refuses to start.
 func TestPlainBuildRefusesToRun(t *testing.T) {

@@ -5,6 +5,7 @@ package packagetest
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -87,8 +88,60 @@ func TestPackagesReproducible(t *testing.T) {
 	for _, f := range []string{deb(t), rpm(t)} {
 		sameFile(t, f, filepath.Join(again, filepath.Base(f)))
 	}
-	entries, err := os.ReadDir(again)
-	if err != nil || len(entries) != 2 {
-		t.Errorf("the second build made %d files (%v), want 2", len(entries), err)
+	if got := dirEntries(t, again); len(got) != 3 || got[0] != ".inputs" {
+		t.Errorf("the second build made %q, want the two packages and .inputs", got)
 	}
+}
+
+// TestPackagesLeftWhenUnchanged: make package with nothing changed leaves
+// the packages as they are (make test asks for them while suites read
+// them); a changed input builds them anew, the old ones gone.
+func TestPackagesLeftWhenUnchanged(t *testing.T) {
+	dir := buildPackages(t)
+	stat := func() map[string]os.FileInfo {
+		out := map[string]os.FileInfo{}
+		for _, name := range dirEntries(t, dir) {
+			fi, err := os.Stat(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = fi
+		}
+		return out
+	}
+	before := stat()
+	_, stderr, code := runEnv(t, nil, "hack/release.sh", "package", dir)
+	if code != 0 || !strings.Contains(stderr, "up to date") {
+		t.Fatalf("make package again: exit %d, want 0 and \"up to date\":\n%s", code, stderr)
+	}
+	after := stat()
+	for name, fi := range before {
+		if a, ok := after[name]; !ok || !os.SameFile(fi, a) || !a.ModTime().Equal(fi.ModTime()) {
+			t.Errorf("%s was rewritten by a build with nothing changed", name)
+		}
+	}
+	run(t, []string{"CRITLET_PKG_RELEASE=7"}, "hack/release.sh", "package", dir)
+	got := dirEntries(t, dir)
+	if len(got) != 3 {
+		t.Fatalf("after a build of revision 7 the directory holds %q, want its two packages and .inputs", got)
+	}
+	for _, name := range got[1:] {
+		if !strings.Contains(name, "-7_") && !strings.Contains(name, "-7.") {
+			t.Errorf("%s is not of revision 7: an input changed and the packages were not built anew", name)
+		}
+	}
+}
+
+// dirEntries lists dir's names, sorted.
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
