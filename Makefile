@@ -13,7 +13,7 @@ SHELL := /usr/bin/env bash
 
 # The binaries are always handed to go build, whose cache knows what changed.
 .PHONY: help all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
-	package release test test-unit test-vet test-go test-compile test-compile-race test-compile-cross test-patched-kubelet test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
+	package release test test-unit test-vet test-go test-patched-kubelet test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
 	test-e2e-upstream test-e2e-upstream-conformance e2e-upstream-tools agnhost kubeadm-tools clean
 
 KUBELET ?= _output/bin/kubelet
@@ -128,21 +128,10 @@ test-race: ## the race detector, compiled for amd64 v3: the pure packages, the h
 test-cross: test-deps ## the handler's and selection's tests on arm64 (emulated)
 	GOARCH=arm64 hack/go-test.sh arm64 -- -exec qemu-aarch64-static $(CROSS_TESTS)
 
-# Each suite's build flags and packages, shared by its target and
-# test-compile so that both make the same entries in Go's cache.
+# Each suite's build flags and packages.
 UNIT_TESTS := -trimpath ./...
 RACE_TESTS := -trimpath -race ./pkg/victims/... ./pkg/settings/... ./pkg/termination/... ./pkg/kubeletstate/... ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption/
 CROSS_TESTS := -trimpath ./overlay/k8s.io/kubernetes/pkg/kubelet/preemption/ ./pkg/victims/ ./pkg/termination/
-
-# What the race and cross suites compile, compiled and nothing run or linked
-# (hack/go-test.sh's compile-only mode): make test compiles it beside the
-# node suites, so that those suites find it built. (The unit tests' is
-# test-vet's.)
-test-compile: test-compile-race test-compile-cross ## compile what the race and cross suites need, running nothing
-test-compile-race:
-	GOAMD64=v3 CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh race-v3 -- $(RACE_TESTS)
-test-compile-cross:
-	GOARCH=arm64 CRITLET_TEST_COMPILE_ONLY=1 hack/go-test.sh arm64 -- $(CROSS_TESTS)
 
 # qemu-user-static for the arm64 test binaries, from Debian, when absent.
 test-deps: ## qemu-user-static and rpm from Debian, when absent

@@ -9,13 +9,6 @@
 #
 # --stream prints the output as it comes (the long node suites); otherwise
 # only the packages' result lines are printed, and the whole log on failure.
-#
-# With CRITLET_TEST_COMPILE_ONLY=1 nothing runs and nothing is linked:
-# go vet with a vet tool that analyses nothing (hack/compile-only-vettool)
-# compiles every dependency of the packages and of their tests, with the
-# same build flags, hence into the same entries of Go's cache as the run's.
-# GO_TEST_ARGS are then build flags and packages only. make test compiles
-# so beside the node suites. The log is _output/compile-NAME.log.
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -37,25 +30,6 @@ shift
 
 cd "$(dirname "$0")/.."
 mkdir -p _output
-
-if [[ ${CRITLET_TEST_COMPILE_ONLY:-} == 1 ]]; then
-  log=_output/compile-${name}.log
-  for arg in "$@"; do
-    case $arg in
-      -run | -run=* | -exec | -exec=* | -count | -count=* | -timeout | -timeout=* | -v | -args)
-        echo "go-test ${name}: compile-only takes build flags and packages, not the test flag ${arg}" >&2
-        exit 2
-        ;;
-    esac
-  done
-  if ! go vet -vettool="$(pwd)/hack/compile-only-vettool" "$@" >"$log" 2>&1; then
-    cat "$log"
-    echo "go-test ${name}: compiling failed (whole output: ${log})" >&2
-    exit 1
-  fi
-  echo "go-test ${name}: compiled, nothing run or linked"
-  exit 0
-fi
 
 log=_output/test-${name}.log
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # make test: every suite as timed phases, in two lanes. The node suites
-# spend most of their time waiting on a node, so while they run a second
-# lane, niced, does the work that needs no node and only compiles: the
-# kubeadm and upstream suites' tools, go vet (which compiles what the unit
-# tests need), and what the race and cross suites compile (make
-# test-compile). The suites after the node suites then run from a warm
-# cache, each once the lane has compiled what it needs, while the lane goes
-# on. The lane runs no test: a test beside a node suite could make either
-# flaky, and the lane's niceness leaves the tests after them the CPU.
+# spend most of their time waiting on a node (the machine is three-quarters
+# idle while they run), so while they run a second lane, niced, does the
+# work that needs no node: the kubeadm and upstream suites' tools, go vet
+# (which compiles what the unit tests need), and the suites that start no
+# service and whose checks hold however slowly they run: the built
+# binaries' checks, the packages', the race detector's and arm64's. The
+# main lane keeps the node suites and, after them, the unit tests (some
+# start containerd and supervise processes) and upstream's patched kubelet
+# tests, whose timing a busy machine could disturb.
 #
 # The table (phase, lane, start and wall time in seconds, result) goes to
 # standard output at the end, and when a phase fails, and to
@@ -23,39 +24,38 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 
 # name: make targets. The main lane, in order (needs, below, says which
-# phases wait for the build lane).
+# phases wait for the side lane). Everything a suite in either lane reads
+# (the kubelets, the packages, the control plane) is built before the side
+# lane starts; asked for again later, each is left as it is.
 main_phases=(
   "tools: node-deps test-deps"
-  "kubelets: kubelet kubelet-stock critlet-explain"
+  "kubelets: kubelet kubelet-stock critlet-explain package"
   "control-plane: control-plane node-tools"
   "e2e-node: test-e2e-node"
   "e2e-kubeadm: test-e2e-kubeadm"
   "e2e-upstream: test-e2e-upstream"
   "unit: test-go"
   "patched: test-patched-kubelet"
+)
+# The side lane, started once the main lane has built what the node
+# suites run: nothing in it rebuilds those. The tools the main lane waits
+# for come first.
+side_phases=(
+  "kubeadm-tools: kubeadm-tools"
+  "e2e-upstream-tools: e2e-upstream-tools"
+  "vet: test-vet"
   "build: test-build"
   "package: test-package"
   "race: test-race"
   "cross: test-cross"
 )
-# The build lane, started once the main lane has built what the node
-# suites run (kubelets, control plane): nothing in it rebuilds those.
-build_phases=(
-  "kubeadm-tools: kubeadm-tools"
-  "e2e-upstream-tools: e2e-upstream-tools"
-  "vet: test-vet"
-  "compile-race: test-compile-race"
-  "compile-cross: test-compile-cross"
-)
-# What a main phase needs of the build lane; the main lane waits for it.
+# What a main phase needs of the side lane; the main lane waits for it.
 declare -A needs=(
   [e2e-kubeadm]=kubeadm-tools
   [e2e-upstream]=e2e-upstream-tools
   [unit]=vet
-  [race]=compile-race
-  [cross]=compile-cross
 )
-start_build_lane_after=control-plane
+start_side_lane_after=control-plane
 
 mkdir -p _output
 table=_output/test-phases.tsv
@@ -92,7 +92,7 @@ run_phase() {
 
 # The named phases alone, one after another, in table order.
 if (($# > 0)); then
-  all=("${main_phases[@]:0:3}" "${build_phases[@]}" "${main_phases[@]:3}")
+  all=("${main_phases[@]:0:3}" "${side_phases[@]}" "${main_phases[@]:3}")
   for w in "$@"; do
     found=false
     for p in "${all[@]}"; do
@@ -121,13 +121,13 @@ rm -rf "$lane_dir"
 mkdir -p "$lane_dir"
 lane_pid=
 
-# The build lane: each phase leaves NAME.ok or NAME.fail in lane_dir; the
+# The side lane: each phase leaves NAME.ok or NAME.fail in lane_dir; the
 # first failure ends the lane. Its output goes to lane_log, whole, so that
 # it does not interleave with the node suites'.
-build_lane() {
+side_lane() {
   local p
-  for p in "${build_phases[@]}"; do
-    if run_phase build "$p"; then
+  for p in "${side_phases[@]}"; do
+    if run_phase side "$p"; then
       : >"${lane_dir}/${p%%:*}.ok"
     else
       : >"${lane_dir}/${p%%:*}.fail"
@@ -136,15 +136,15 @@ build_lane() {
   done
 }
 
-# build_lane_guarded runs the lane as the leader of its own session, and
+# side_lane_guarded runs the lane as the leader of its own session, and
 # ends the session if the main lane's process (main_pid) is gone: a main
 # lane killed outright (SIGKILL, a CI timeout) runs no exit trap.
-build_lane_guarded() {
-  build_lane &
+side_lane_guarded() {
+  side_lane &
   local body=$!
   while kill -0 "$body" 2>/dev/null; do
     if ! kill -0 "$main_pid" 2>/dev/null; then
-      echo "test-phases: the main lane (pid ${main_pid}) is gone; stopping the build lane" >&2
+      echo "test-phases: the main lane (pid ${main_pid}) is gone; stopping the side lane" >&2
       kill -TERM -- "-$$"
     fi
     sleep 2
@@ -153,7 +153,7 @@ build_lane_guarded() {
 }
 
 # A run that ends, however, takes the lane with it: nothing may go on
-# compiling after make test has returned.
+# running after make test has returned.
 stop_lane() {
   if [[ -n $lane_pid ]] && kill -0 "$lane_pid" 2>/dev/null; then
     kill -TERM -- "-${lane_pid}" 2>/dev/null || true
@@ -163,13 +163,13 @@ stop_lane() {
 trap stop_lane EXIT
 
 lane_failed() {
-  echo "test-phases: the build lane failed; its output (${lane_log}) ends:" >&2
+  echo "test-phases: the side lane failed; its output (${lane_log}) ends:" >&2
   tail -n 60 "$lane_log" >&2
   print_table
   exit 1
 }
 
-# wait_for NAME waits until the build lane has done NAME; the wait is the
+# wait_for NAME waits until the side lane has done NAME; the wait is the
 # main lane's and is recorded as a phase of its own when it lasts.
 wait_for() {
   local name=$1 start
@@ -179,7 +179,7 @@ wait_for() {
     if ! kill -0 "$lane_pid" 2>/dev/null; then
       compgen -G "${lane_dir}/*.fail" >/dev/null && lane_failed
       [[ -e ${lane_dir}/${name}.ok ]] && break
-      echo "test-phases: the build lane ended without doing ${name}" >&2
+      echo "test-phases: the side lane ended without doing ${name}" >&2
       lane_failed
     fi
     sleep 1
@@ -201,18 +201,19 @@ for p in "${main_phases[@]}"; do
     echo "test-phases: phase ${name} failed" >&2
     exit 1
   }
-  if [[ $name == "$start_build_lane_after" ]]; then
-    echo "=== build lane started (niced; output in ${lane_log})"
+  if [[ $name == "$start_side_lane_after" ]]; then
+    echo "=== side lane started (niced; output in ${lane_log})"
     # A session of its own, so that stop_lane ends every process in it;
     # nice and ionice so that the node suites come first.
     main_pid=$$
-    setsid nice -n 19 ionice -c 3 bash -c "$(declare -f record run_phase build_lane build_lane_guarded); $(declare -p build_phases lane_dir table total_start main_pid); build_lane_guarded" \
+    setsid nice -n 19 ionice -c 3 bash -c "$(declare -f record run_phase side_lane side_lane_guarded); $(declare -p side_phases lane_dir table total_start main_pid); side_lane_guarded" \
       >"$lane_log" 2>&1 &
     lane_pid=$!
   fi
 done
-# The lane's every phase has run: wait_for covered the last one (cross needs
-# compile-cross), and the lane ends with it.
+# The run ends when the side lane's last phase has.
+last=${side_phases[-1]}
+wait_for "${last%%:*}"
 wait "$lane_pid" || lane_failed
 lane_pid=
 print_table

@@ -1,6 +1,6 @@
 // Package phases checks make test's runner, hack/test-phases.sh, on a
 // stand-in Makefile whose targets only sleep and say when: the order of
-// the two lanes, the build lane's niceness, and what a failure in either
+// the two lanes, the side lane's niceness, and what a failure in either
 // lane does to the run.
 package phases
 
@@ -83,59 +83,88 @@ func run(t *testing.T, env ...string) (string, map[string]event, error) {
 }
 
 func TestLanes(t *testing.T) {
-	out, ev, err := run(t, "SLEEP_test_e2e_node=5", "SLEEP_test_compile_cross=8")
+	out, ev, err := run(t, "SLEEP_test_e2e_node=5", "SLEEP_test_cross=8")
+	ended := float64(time.Now().UnixNano()) / 1e9
 	if err != nil {
 		t.Fatalf("the run failed: %v\n%s", err, out)
 	}
-	for _, target := range []string{"node-deps", "kubelet", "control-plane", "test-e2e-node", "test-e2e-kubeadm", "test-e2e-upstream",
+	for _, target := range []string{"node-deps", "kubelet", "package", "control-plane", "test-e2e-node", "test-e2e-kubeadm", "test-e2e-upstream",
 		"test-go", "test-patched-kubelet", "test-build", "test-package", "test-race", "test-cross",
-		"kubeadm-tools", "e2e-upstream-tools", "test-vet", "test-compile-race", "test-compile-cross"} {
+		"kubeadm-tools", "e2e-upstream-tools", "test-vet"} {
 		if _, ok := ev[target]; !ok {
 			t.Errorf("%s never ran", target)
 		}
 	}
-	// The build lane starts once the control plane is built, runs beside
-	// the node suite, niced; the main lane is not.
+	// Everything a suite reads is built before the side lane starts: once
+	// the control plane is built, beside the node suite, niced; the main
+	// lane is not.
+	if ev["package"].end > ev["control-plane"].start {
+		t.Errorf("the packages were built after the control plane: %+v", ev)
+	}
 	if ev["kubeadm-tools"].start < ev["control-plane"].end || ev["kubeadm-tools"].start > ev["test-e2e-node"].end {
-		t.Errorf("the build lane did not start beside the node suite: %+v", ev)
+		t.Errorf("the side lane did not start beside the node suite: %+v", ev)
 	}
 	// Relative to the main lane's, which is the caller's (a niced CI run
 	// starts above 0).
-	if ev["test-vet"].nice != 19 || ev["test-e2e-node"].nice >= 19 {
-		t.Errorf("niceness: build lane %d, main lane %d; want 19 and the caller's", ev["test-vet"].nice, ev["test-e2e-node"].nice)
+	for _, side := range []string{"test-vet", "test-build", "test-race"} {
+		if ev[side].nice != 19 || ev["test-e2e-node"].nice >= 19 {
+			t.Errorf("niceness: %s %d, main lane %d; want 19 and the caller's", side, ev[side].nice, ev["test-e2e-node"].nice)
+		}
 	}
 	// A suite starts only once the lane has built what it needs.
-	for suite, need := range map[string]string{"test-e2e-kubeadm": "kubeadm-tools", "test-e2e-upstream": "e2e-upstream-tools",
-		"test-go": "test-vet", "test-race": "test-compile-race", "test-cross": "test-compile-cross"} {
+	for suite, need := range map[string]string{"test-e2e-kubeadm": "kubeadm-tools", "test-e2e-upstream": "e2e-upstream-tools", "test-go": "test-vet"} {
 		if ev[suite].start < ev[need].end {
 			t.Errorf("%s started before %s ended", suite, need)
 		}
 	}
-	if !strings.Contains(out, "compile-cross        build") {
-		t.Errorf("the table lacks the build lane's phases:\n%s", out)
+	// The side lane's last suite outlasts the main lane here: the run
+	// waits for it, and says so.
+	if ended < ev["test-cross"].end {
+		t.Errorf("the run ended at %.1f, before the side lane's last suite (%.1f)", ended, ev["test-cross"].end)
+	}
+	for _, row := range []string{"cross                side", "wait:cross           main"} {
+		if !strings.Contains(out, row) {
+			t.Errorf("the table lacks %q:\n%s", row, out)
+		}
 	}
 }
 
-// A build lane phase that fails fails the run once the main lane's phase
-// ends; nothing that waits for it runs (whether a suite that waits for an
-// earlier lane phase runs first depends on how fast the lane got there).
-func TestBuildLaneFailure(t *testing.T) {
+// A side lane phase that fails fails the run once the main lane's phase
+// ends; nothing that waits for it runs, nor the rest of the lane (whether
+// a suite that waits for an earlier lane phase runs first depends on how
+// fast the lane got there).
+func TestSideLaneFailure(t *testing.T) {
 	out, ev, err := run(t, "FAIL=test-vet", "SLEEP_test_e2e_node=2")
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("the run: %v, want exit status 1\n%s", err, out)
 	}
-	if !strings.Contains(out, "the build lane failed") || !strings.Contains(out, "test-vet") {
-		t.Errorf("the output does not say the build lane failed in vet:\n%s", out)
+	if !strings.Contains(out, "the side lane failed") || !strings.Contains(out, "test-vet") {
+		t.Errorf("the output does not say the side lane failed in vet:\n%s", out)
 	}
-	for _, never := range []string{"test-compile-race", "test-go"} {
+	for _, never := range []string{"test-build", "test-go"} {
 		if _, ok := ev[never]; ok {
-			t.Errorf("%s ran after the build lane failed", never)
+			t.Errorf("%s ran after the side lane failed", never)
 		}
 	}
 }
 
-// A main lane phase that fails ends the run at once, and the build lane
+// A side lane suite that fails after the main lane has ended fails the run.
+func TestSideLaneFailureAtTheEnd(t *testing.T) {
+	out, ev, err := run(t, "FAIL=test-cross", "SLEEP_test_cross=3")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("the run: %v, want exit status 1\n%s", err, out)
+	}
+	if _, ok := ev["test-patched-kubelet"]; !ok {
+		t.Fatalf("the main lane did not run to its end:\n%s", out)
+	}
+	if !strings.Contains(out, "the side lane failed") || !strings.Contains(out, "test-cross") {
+		t.Errorf("the output does not say the side lane failed in cross:\n%s", out)
+	}
+}
+
+// A main lane phase that fails ends the run at once, and the side lane
 // with it: nothing goes on compiling after make test returned.
 func TestMainLaneFailureStopsTheBuildLane(t *testing.T) {
 	start := time.Now()
@@ -144,17 +173,17 @@ func TestMainLaneFailureStopsTheBuildLane(t *testing.T) {
 		t.Fatalf("the run passed with a failing node suite:\n%s", out)
 	}
 	if took := time.Since(start); took > 20*time.Second {
-		t.Errorf("the run took %s: it waited for the build lane", took)
+		t.Errorf("the run took %s: it waited for the side lane", took)
 	}
 	if _, ok := ev["kubeadm-tools"]; ok {
-		t.Error("the build lane's phase ran to its end after the run failed")
+		t.Error("the side lane's phase ran to its end after the run failed")
 	}
 	if out, _ := exec.Command("pgrep", "-f", "sleep 31.7").Output(); len(out) > 0 {
-		t.Errorf("the build lane's processes outlived the run: %s", out)
+		t.Errorf("the side lane's processes outlived the run: %s", out)
 	}
 }
 
-// A main lane killed outright runs no exit trap; the build lane notices
+// A main lane killed outright runs no exit trap; the side lane notices
 // and ends itself.
 func TestKilledMainLaneStopsTheBuildLane(t *testing.T) {
 	dir := standInTree(t)
@@ -172,7 +201,7 @@ func TestKilledMainLaneStopsTheBuildLane(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); len(lane()) == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
-			t.Fatal("the build lane never started")
+			t.Fatal("the side lane never started")
 		}
 	}
 	if err := cmd.Process.Kill(); err != nil {
@@ -181,7 +210,7 @@ func TestKilledMainLaneStopsTheBuildLane(t *testing.T) {
 	_ = cmd.Wait()
 	for deadline := time.Now().Add(10 * time.Second); len(lane()) > 0; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the build lane outlived its killed main lane by 10 s: %s", lane())
+			t.Fatalf("the side lane outlived its killed main lane by 10 s: %s", lane())
 		}
 	}
 }
