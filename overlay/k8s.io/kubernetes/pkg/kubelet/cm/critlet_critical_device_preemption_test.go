@@ -14,11 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/critlet/critlet/pkg/critletmetrics"
 	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/patched"
 	"github.com/critlet/critlet/pkg/settings"
@@ -263,6 +265,7 @@ func TestCritletDevicePreemptionChoosesForDevicesAndCPUTogether(t *testing.T) {
 }
 
 func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
+	critletmetrics.Register() // counters count only once registered
 	upstream := lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable"}
 	tests := []struct {
 		name  string
@@ -270,41 +273,44 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 		// calls is how many times the critical-pod handler is asked.
 		calls int
 		want  lifecycle.PodAdmitResult
+		// result is the device-preemption metric's label counted, where
+		// the handler was asked.
+		result string
 	}{
 		{"no set of pods frees enough", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			k.err = errors.New("no set of running pods found to reclaim resources")
-		}, 1, upstream},
+		}, 1, upstream, "no_victims"},
 		{"the handler leaves a reason", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			k.leftout = []lifecycle.PredicateFailureReason{&lifecycle.PredicateFailureError{PredicateName: "x", PredicateDesc: "y"}}
-		}, 1, upstream},
+		}, 1, upstream, "no_victims"},
 		{"the victims' devices are never freed", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			k.choose = []types.UID{"a", "b"}
 			n.freeable = false
-		}, 1, upstream},
+		}, 1, upstream, "not_freed"},
 		{"topology refuses the freed devices", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			k.choose = []types.UID{"a", "b"}
 			n.refuseAgain = true
-		}, 1, lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}},
+		}, 1, lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}, "refused"},
 		{"not critical", func(_ *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			(*pod).Spec.Priority = new(int32)
-		}, 0, upstream},
+		}, 0, upstream, ""},
 		{"a resize", func(_ *critletDeviceNode, _ *critletKiller, _ **v1.Pod, attrs *lifecycle.PodAdmitAttributes) {
 			attrs.Operation = lifecycle.ResizeOperation
-		}, 0, upstream},
+		}, 0, upstream, ""},
 		{"refused for something else: devices enough", func(n *critletDeviceNode, _ *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			n.healthy = append(n.healthy, "d4", "d5")
 			n.refuseAgain = true
 			n.allocations = 1
-		}, 0, lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}},
+		}, 0, lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}, ""},
 		{"the predicate refuses before weighing resources", func(_ *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			(*pod).Spec.OS = &v1.PodOS{Name: "windows"}
-		}, 0, upstream},
+		}, 0, upstream, ""},
 		{"the predicate refuses for a reason preemption cannot fix", func(_ *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			(*pod).Spec.NodeSelector = map[string]string{"disk": "ssd"}
-		}, 0, upstream},
+		}, 0, upstream, ""},
 		{"a device request the device manager refuses (a held count changed)", func(n *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			n.holds[(*pod).UID] = map[string][]string{"c": {"d9"}}
-		}, 0, upstream},
+		}, 0, upstream, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -316,9 +322,23 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 				// Never freed: the wait's end is what is tested, not its length.
 				w.wait = 200 * time.Millisecond
 			}
+			counted := func() float64 {
+				v, err := testutil.GetCounterMetricValue(critletmetrics.DevicePreemptions.WithLabelValues(tc.result))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			var before float64
+			if tc.result != "" {
+				before = counted()
+			}
 			got := w.Admit(context.Background(), attrs)
 			if got != tc.want {
 				t.Errorf("Admit = %+v, want %+v", got, tc.want)
+			}
+			if tc.result != "" && counted() != before+1 {
+				t.Errorf("kubelet_critical_device_preemptions_total{result=%q} went from %v to %v, want one more", tc.result, before, counted())
 			}
 			if k.calls != tc.calls {
 				t.Errorf("critical-pod handler asked %d times, want %d", k.calls, tc.calls)
