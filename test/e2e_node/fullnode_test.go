@@ -25,8 +25,8 @@ import (
 // first two critical pods, on every kubelet, so that every run checks one
 // known node on both; each further seed draws two more critical pods on
 // critlet's node ("random" one drawn anew per suite run, printed in the
-// report). A failure names its seed, which -full-node-seeds=N repeats on
-// both kubelets.
+// report). A failure names its seeds: -full-node-seeds=1901,N repeats a
+// drawn pair, -full-node-seeds=N draws the node from N on both kubelets.
 var fullNodeSeeds = flag.String("full-node-seeds", "1901,random", "seeds of scenario 19, comma-separated: the first draws the node, each further one two more critical pods on critlet's; random draws one per run")
 
 // defaultMaxPods is the kubelet's default maxPods.
