@@ -164,12 +164,7 @@ func (e *env) waitTriedWithoutPlugin(p *v1.Pod, holds bool, timeout time.Duratio
 		e.waitPhase(p, timeout, v1.PodFailed)
 		return
 	}
-	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		return e.eventCount(p, "WaitingForDevicePlugin") > 0, nil
-	})
-	if err != nil {
-		e.t.Fatalf("%s: no WaitingForDevicePlugin event while the device plugin was away: %v (events %v)", p.Name, err, e.eventReasons(p))
-	}
+	e.waitEvent([]*v1.Pod{p}, "WaitingForDevicePlugin", timeout)
 }
 
 var deviceReadmitting = critletKubelet.with([]string{"--critical-device-readmission"}, nil)

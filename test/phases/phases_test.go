@@ -151,7 +151,7 @@ func TestSideLaneFailure(t *testing.T) {
 
 // A side lane suite that fails after the main lane has ended fails the run.
 func TestSideLaneFailureAtTheEnd(t *testing.T) {
-	out, ev, err := run(t, "FAIL=test-cross", "SLEEP_test_cross=3")
+	out, ev, err := run(t, "FAIL=test-cross", "SLEEP_test_cross=6")
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("the run: %v, want exit status 1\n%s", err, out)
