@@ -14,7 +14,8 @@ SHELL := /usr/bin/env bash
 # The binaries are always handed to go build, whose cache knows what changed.
 .PHONY: help all kubelet kubelet-stock critlet-explain control-plane node-tools node-deps test-deps run local-up local-down local-status \
 	package release test test-unit test-vet test-go test-patched-kubelet test-race test-cross test-build test-package test-e2e-node test-e2e-kubeadm \
-	test-e2e-upstream test-e2e-upstream-conformance e2e-upstream-tools agnhost kubeadm-tools clean
+	test-e2e-upstream test-e2e-upstream-conformance e2e-upstream-tools agnhost kubeadm-tools clean \
+	cluster-deps critlet-cluster cluster-up cluster-down cluster-status test-e2e-cluster
 
 KUBELET ?= _output/bin/kubelet
 KUBELET_FLAGS ?=
@@ -163,11 +164,38 @@ test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-
 KUBEADM_STATE := _output/e2e-kubeadm
 # Never etcd or kube-apiserver: make test builds these tools while a node
 # runs those binaries (control-plane builds them).
-kubeadm-tools: ## kubeadm, kube-controller-manager, kube-scheduler
-	hack/build-control-plane.sh kube-controller-manager kube-scheduler kubeadm
+kubeadm-tools: ## kubeadm, kubectl, kube-controller-manager, kube-scheduler
+	hack/build-control-plane.sh kube-controller-manager kube-scheduler kubeadm kubectl
 
 test-e2e-kubeadm: node-deps node-tools control-plane kubeadm-tools kubelet kubelet-stock package ## kubeadm init, scenarios and reset on a local node, with each kubelet
 	$(call then-down,$(KUBEADM_STATE)/node,hack/go-test.sh e2e-kubeadm --stream -- -trimpath -tags e2ekubeadm -count=1 -timeout 30m ./test/e2e_kubeadm/ -args -state "$$(pwd)/$(KUBEADM_STATE)")
+
+# Machines on this host, each booted by systemd-nspawn with systemd as
+# PID 1, the packages installed with apt, kubeadm init and join
+# (docs/cluster.md). The machine image is kept in _output/cluster-image.
+CLUSTER_STATE ?= _output/cluster
+E2E_CLUSTER_STATE := _output/e2e-cluster
+export CLUSTER_STATE
+CLUSTER_INPUTS := cluster-deps node-deps control-plane node-tools kubeadm-tools kubelet kubelet-stock package critlet-cluster
+
+cluster-deps: ## systemd-nspawn, mmdebstrap and busybox-static from Debian, when absent
+	hack/install-cluster-deps.sh
+
+critlet-cluster: ## _output/bin/critlet-cluster, which makes and removes the machines
+	go build -trimpath -o _output/bin/critlet-cluster ./cmd/critlet-cluster
+
+cluster-up: $(CLUSTER_INPUTS) ## three machines, critlet on each, kubeadm init and join (docs/cluster.md)
+	_output/bin/critlet-cluster up --state "$$CLUSTER_STATE"
+
+cluster-down: critlet-cluster ## the machines and everything cluster-up made, removed
+	_output/bin/critlet-cluster down --state "$$CLUSTER_STATE"
+
+cluster-status: critlet-cluster ## the machines: running or powered off
+	_output/bin/critlet-cluster status --state "$$CLUSTER_STATE"
+
+test-e2e-cluster: $(CLUSTER_INPUTS) ## join, package swap, reboot and reset on three machines
+	status=0; hack/go-test.sh e2e-cluster --stream -- -trimpath -tags e2ecluster -count=1 -timeout 30m ./test/e2e_cluster/ -args -state "$$(pwd)/$(E2E_CLUSTER_STATE)" || status=$$?; \
+	_output/bin/critlet-cluster down --state "$(E2E_CLUSTER_STATE)/cluster" || status=1; exit $$status
 
 # Upstream's own node e2e suite, compiled unmodified from the pinned module,
 # run on each kubelet in a RuntimeOnly local node; ginkgo's runner (the

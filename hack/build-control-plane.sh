@@ -30,6 +30,11 @@ for target in "${targets[@]}"; do
       version::ldflags stock "$UPSTREAM_VERSION" "$(upstream::date)"
       want="Kubernetes ${STAMPED_VERSION}"
       ;;
+    kubectl)
+      pkg=${UPSTREAM_MODULE}/cmd/kubectl
+      version::ldflags stock "$UPSTREAM_VERSION" "$(upstream::date)"
+      want="Client Version: ${STAMPED_VERSION}"
+      ;;
     kubeadm)
       pkg=${UPSTREAM_MODULE}/cmd/kubeadm
       version::ldflags stock "$UPSTREAM_VERSION" "$(upstream::date)"
@@ -42,7 +47,7 @@ for target in "${targets[@]}"; do
       LDFLAGS=
       want="etcd Version: ${etcd_version#v}"
       ;;
-    *) fail "unknown target '$target' (want kube-apiserver, etcd, kube-controller-manager, kube-scheduler or kubeadm)" ;;
+    *) fail "unknown target '$target' (want kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kubeadm or kubectl)" ;;
   esac
   # go build says nothing until it is done; say what to expect.
   echo "building $out: a few minutes on two cores with a cold build cache (less after the kubelet, which shares most packages), seconds when nothing changed" >&2
@@ -52,6 +57,7 @@ for target in "${targets[@]}"; do
   # local node was tested with.
   version_flag=--version
   [[ $target == kubeadm ]] && version_flag="version -o short"
+  [[ $target == kubectl ]] && version_flag="version --client"
   # shellcheck disable=SC2086 # version_flag is one or three words
   if ! got=$("$out" $version_flag 2>&1) || [[ $got != *"$want"* ]]; then
     rm -f "$out"

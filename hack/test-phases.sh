@@ -28,11 +28,12 @@ cd "$(dirname "$0")/.."
 # (the kubelets, the packages, the control plane) is built before the side
 # lane starts; asked for again later, each is left as it is.
 main_phases=(
-  "tools: node-deps test-deps"
+  "tools: node-deps test-deps cluster-deps"
   "kubelets: kubelet kubelet-stock critlet-explain package"
-  "control-plane: control-plane node-tools"
+  "control-plane: control-plane node-tools critlet-cluster"
   "e2e-node: test-e2e-node"
   "e2e-kubeadm: test-e2e-kubeadm"
+  "e2e-cluster: test-e2e-cluster"
   "e2e-upstream: test-e2e-upstream"
   "unit: test-go"
   "patched: test-patched-kubelet"
@@ -52,6 +53,7 @@ side_phases=(
 # What a main phase needs of the side lane; the main lane waits for it.
 declare -A needs=(
   [e2e-kubeadm]=kubeadm-tools
+  [e2e-cluster]=kubeadm-tools
   [e2e-upstream]=e2e-upstream-tools
   [unit]=vet
 )

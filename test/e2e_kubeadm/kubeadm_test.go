@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/critlet/critlet/internal/kubeadmimages"
 	"github.com/critlet/critlet/internal/localnode"
 	"github.com/critlet/critlet/internal/localnode/oci"
 	"github.com/critlet/critlet/internal/localnode/stateguard"
@@ -143,7 +144,7 @@ func nodeConfig(stateDir string, k installed) localnode.Config {
 		NodeName:     nodeName,
 		RuntimeOnly:  true,
 		PrivateDirs:  privateDirs,
-		SandboxImage: pauseRef,
+		SandboxImage: kubeadmimages.PauseRef,
 		// kubeadm must find no init system: it would restart and stop the
 		// host's kubelet service through it.
 		HiddenCommands: hidden,
@@ -179,7 +180,7 @@ func upNode(t *testing.T, ctx context.Context, state *stateguard.Dir, k installe
 		t.Fatalf("starting the node: %v", err)
 	}
 	kn.node = n
-	images, err := controlPlaneImages(*binDir, version)
+	images, err := kubeadmimages.ControlPlane(*binDir, version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func renderKubeadmConfig(cri, version, resolvConf string) ([]byte, error) {
 	var b bytes.Buffer
 	if err := template.Must(template.New("").Parse(kubeadmConfig)).Execute(&b, map[string]string{
 		"IP": localnode.NodeIP, "Node": nodeName, "CRI": cri, "Version": version,
-		"Repo": imageRepository, "CgroupRoot": localnode.CgroupRoot, "FailCgroupV1": strconv.FormatBool(cgroupV2),
+		"Repo": kubeadmimages.Repository, "CgroupRoot": localnode.CgroupRoot, "FailCgroupV1": strconv.FormatBool(cgroupV2),
 		"ResolvConf": resolvConf,
 	}); err != nil {
 		return nil, fmt.Errorf("kubeadm's configuration: %w", err)

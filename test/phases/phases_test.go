@@ -88,7 +88,7 @@ func TestLanes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the run failed: %v\n%s", err, out)
 	}
-	for _, target := range []string{"node-deps", "kubelet", "package", "control-plane", "test-e2e-node", "test-e2e-kubeadm", "test-e2e-upstream",
+	for _, target := range []string{"node-deps", "kubelet", "package", "control-plane", "test-e2e-node", "test-e2e-kubeadm", "test-e2e-cluster", "test-e2e-upstream",
 		"test-go", "test-patched-kubelet", "test-build", "test-package", "test-race", "test-cross",
 		"kubeadm-tools", "e2e-upstream-tools", "test-vet"} {
 		if _, ok := ev[target]; !ok {
@@ -112,7 +112,7 @@ func TestLanes(t *testing.T) {
 		}
 	}
 	// A suite starts only once the lane has built what it needs.
-	for suite, need := range map[string]string{"test-e2e-kubeadm": "kubeadm-tools", "test-e2e-upstream": "e2e-upstream-tools", "test-go": "test-vet"} {
+	for suite, need := range map[string]string{"test-e2e-kubeadm": "kubeadm-tools", "test-e2e-cluster": "kubeadm-tools", "test-e2e-upstream": "e2e-upstream-tools", "test-go": "test-vet"} {
 		if ev[suite].start < ev[need].end {
 			t.Errorf("%s started before %s ended", suite, need)
 		}

@@ -1,6 +1,6 @@
-//go:build e2ekubeadm
-
-package e2ekubeadm
+// Package kubeadmimages builds the images kubeadm runs a control plane
+// from, out of the binaries make built, for machines without a registry.
+package kubeadmimages
 
 import (
 	"errors"
@@ -15,22 +15,22 @@ import (
 	"github.com/critlet/critlet/internal/localnode/oci"
 )
 
-// imageRepository is the kubeadm configuration's imageRepository. No
+// Repository is the kubeadm configuration's imageRepository. No
 // registry serves it: every image kubeadm names is built here and imported.
-const imageRepository = "critlet.local/kubeadm"
+const Repository = "critlet.local/kubeadm"
 
-// imageRef is kubeadm's reference for one of its images.
-func imageRef(name, tag string) string { return imageRepository + "/" + name + ":" + tag }
+// Ref is kubeadm's reference for one of its images.
+func Ref(name, tag string) string { return Repository + "/" + name + ":" + tag }
 
-// pauseRef is the sandbox image, kubeadm's pause under imageRepository;
+// PauseRef is the sandbox image, kubeadm's pause under imageRepository;
 // containerd is configured with it, as kubeadm's preflight expects.
-var pauseRef = imageRef("pause", kubeadmconstants.PauseVersion)
+var PauseRef = Ref("pause", kubeadmconstants.PauseVersion)
 
-// controlPlaneImages builds the images kubeadm runs the control plane from
+// ControlPlane builds the images kubeadm runs the control plane from
 // (and the sandbox image), from the binaries make built: the pinned
 // module's, tagged with kubeadm's own versions. etcd's tag is kubeadm's
 // default for this release, which must be of the etcd built here.
-func controlPlaneImages(binDir, k8sVersion string) ([]oci.Image, error) {
+func ControlPlane(binDir, k8sVersion string) ([]oci.Image, error) {
 	out, err := exec.Command(filepath.Join(binDir, "etcd"), "--version").CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("etcd --version: %w: %s", err, out)
@@ -46,27 +46,27 @@ func controlPlaneImages(binDir, k8sVersion string) ([]oci.Image, error) {
 		{kubeadmconstants.KubeScheduler, k8sVersion},
 		{kubeadmconstants.Etcd, etcdTag},
 	} {
-		files, err := binaryFiles(filepath.Join(binDir, c.name), "/usr/local/bin/"+c.name)
+		files, err := BinaryFiles(filepath.Join(binDir, c.name), "/usr/local/bin/"+c.name)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", c.name, err)
 		}
 		// kubeadm's manifests name the command alone; runc finds it on PATH.
-		images = append(images, oci.Image{Name: imageRef(c.name, c.tag), Cmd: []string{c.name}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Files: append(files, oci.File{Path: "/tmp", Mode: os.ModeDir | 0o1777})})
+		images = append(images, oci.Image{Name: Ref(c.name, c.tag), Cmd: []string{c.name}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Files: append(files, oci.File{Path: "/tmp", Mode: os.ModeDir | 0o1777})})
 	}
 	pause, err := os.ReadFile(filepath.Join(binDir, "pause"))
 	if err != nil {
 		return nil, fmt.Errorf("pause image: %w", err)
 	}
-	images = append(images, oci.Image{Name: pauseRef, Entrypoint: []string{"/pause"}, Files: []oci.File{{Path: "/pause", Mode: 0o755, Content: pause}}})
+	images = append(images, oci.Image{Name: PauseRef, Entrypoint: []string{"/pause"}, Files: []oci.File{{Path: "/pause", Mode: 0o755, Content: pause}}})
 	return images, nil
 }
 
-// binaryFiles returns a binary as file dst of an image, with the shared
+// BinaryFiles returns a binary as file dst of an image, with the shared
 // libraries and the loader it links against at the paths it names. The
 // control plane is built with cgo like the kubelets (one build graph, one
 // cache), so its images carry the host's C library, as a distroless base
 // image would carry its own.
-func binaryFiles(src, dst string) ([]oci.File, error) {
+func BinaryFiles(src, dst string) ([]oci.File, error) {
 	content, err := os.ReadFile(src)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// A machine's processes live in cgroups of its own, one in every
+// hierarchy, below this process's: without a host systemd nothing
+// delegates a subtree to systemd-nspawn, so the launcher moves itself in
+// before it execs it. On cgroup v1 the hierarchies are many (cpu and
+// cpuacct apart on this kind of host).
+
+// hierarchy is a mounted cgroup hierarchy and this process's cgroup in it.
+type hierarchy struct {
+	mount string // e.g. /sys/fs/cgroup/memory
+	own   string // this process's cgroup, relative to mount
+}
+
+// hierarchies reads the cgroup mounts and this process's place in each.
+func hierarchies() ([]hierarchy, error) {
+	own := map[string]string{} // controller list (or "" for v2) → path
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) == 3 {
+			own[parts[1]] = parts[2]
+		}
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var hs []hierarchy
+	for _, line := range strings.Split(string(mi), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		pf, sf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(sf) < 3 {
+			continue
+		}
+		var key string
+		switch sf[0] {
+		case "cgroup2":
+			key = ""
+		case "cgroup":
+			var ctrls []string
+			for _, o := range strings.Split(sf[2], ",") {
+				if o != "rw" && o != "ro" && !strings.HasPrefix(o, "relatime") && o != "noexec" && o != "nosuid" && o != "nodev" && o != "clone_children" && o != "xattr" {
+					ctrls = append(ctrls, o)
+				}
+			}
+			key = strings.Join(ctrls, ",")
+		default:
+			continue
+		}
+		p, ok := own[key]
+		if !ok {
+			return nil, fmt.Errorf("cgroup hierarchy %s (%s) is not in /proc/self/cgroup", pf[4], key)
+		}
+		// A mount of a subtree: the path is relative to its root.
+		rel, err := filepath.Rel(pf[3], p)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return nil, fmt.Errorf("this process's cgroup %s is outside the mount %s (root %s)", p, pf[4], pf[3])
+		}
+		hs = append(hs, hierarchy{mount: pf[4], own: rel})
+	}
+	if len(hs) == 0 {
+		return nil, errors.New("no cgroup hierarchy is mounted")
+	}
+	return hs, nil
+}
+
+// machineCgroups are machine name's cgroups, one per hierarchy (no side
+// effects).
+func machineCgroups(hs []hierarchy, name string) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, filepath.Join(h.mount, h.own, "critlet-machine-"+name))
+	}
+	return out
+}
+
+// makeCgroup makes cg; cpuset's need their parent's CPUs and memory nodes
+// before a process may join.
+func makeCgroup(cg string) error {
+	if err := os.Mkdir(cg, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("making cgroup %s: %w", cg, err)
+	}
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		if _, err := os.Stat(filepath.Join(cg, f)); err != nil {
+			continue
+		}
+		v, err := os.ReadFile(filepath.Join(filepath.Dir(cg), f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(cg, f), v, 0o644); err != nil {
+			return fmt.Errorf("cgroup %s: %s: %w", cg, f, err)
+		}
+	}
+	return nil
+}
+
+// cgroupProcs lists the PIDs in cg and below.
+func cgroupProcs(cg string) []string {
+	var pids []string
+	_ = filepath.WalkDir(cg, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			if b, err := os.ReadFile(filepath.Join(p, "cgroup.procs")); err == nil {
+				pids = append(pids, strings.Fields(string(b))...)
+			}
+		}
+		return nil
+	})
+	return pids
+}
+
+// removeCgroup removes cg and every cgroup below it (the machine's
+// systemd, kubelet and containers made those), deepest first. It fails if
+// a process is still in one.
+func removeCgroup(cg string) error {
+	var dirs []string
+	err := filepath.WalkDir(cg, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing cgroup %s: %w", d, err)
+		}
+	}
+	return nil
+}
