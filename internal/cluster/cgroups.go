@@ -1,12 +1,12 @@
 package cluster
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -25,25 +25,29 @@ type hierarchy struct {
 
 // hierarchies reads the cgroup mounts and this process's place in each.
 func hierarchies() ([]hierarchy, error) {
-	own := map[string]string{} // controller list (or "" for v2) → path
-	f, err := os.Open("/proc/self/cgroup")
+	procCgroup, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) == 3 {
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	return parseHierarchies(string(procCgroup), string(mountinfo))
+}
+
+// parseHierarchies pairs each cgroup mount of mountinfo with this
+// process's line of procCgroup (/proc/self/cgroup): the controllers, or
+// name=, a v1 mount carries in its super options; "" for cgroup2.
+func parseHierarchies(procCgroup, mountinfo string) ([]hierarchy, error) {
+	own := map[string]string{}
+	for _, line := range strings.Split(procCgroup, "\n") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 {
 			own[parts[1]] = parts[2]
 		}
 	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
 	var hs []hierarchy
-	for _, line := range strings.Split(string(mi), "\n") {
+	for _, line := range strings.Split(mountinfo, "\n") {
 		pre, post, ok := strings.Cut(line, " - ")
 		if !ok {
 			continue
@@ -59,7 +63,7 @@ func hierarchies() ([]hierarchy, error) {
 		case "cgroup":
 			var ctrls []string
 			for _, o := range strings.Split(sf[2], ",") {
-				if o != "rw" && o != "ro" && !strings.HasPrefix(o, "relatime") && o != "noexec" && o != "nosuid" && o != "nodev" && o != "clone_children" && o != "xattr" {
+				if !slices.Contains(mountOptions, o) {
 					ctrls = append(ctrls, o)
 				}
 			}
@@ -69,7 +73,7 @@ func hierarchies() ([]hierarchy, error) {
 		}
 		p, ok := own[key]
 		if !ok {
-			return nil, fmt.Errorf("cgroup hierarchy %s (%s) is not in /proc/self/cgroup", pf[4], key)
+			return nil, fmt.Errorf("cgroup hierarchy %s (%q) is not in /proc/self/cgroup", pf[4], key)
 		}
 		// A mount of a subtree: the path is relative to its root.
 		rel, err := filepath.Rel(pf[3], p)
@@ -83,6 +87,10 @@ func hierarchies() ([]hierarchy, error) {
 	}
 	return hs, nil
 }
+
+// mountOptions are a cgroup v1 mount's super options that name no
+// controller.
+var mountOptions = []string{"rw", "ro", "relatime", "noexec", "nosuid", "nodev", "clone_children", "xattr", "noprefix", "cpuset_v2_mode"}
 
 // machineCgroups are machine name's cgroups, one per hierarchy (no side
 // effects).

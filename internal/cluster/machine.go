@@ -174,6 +174,16 @@ func (c *Cluster) PowerOff(ctx context.Context, name string) error {
 	return c.save()
 }
 
+// PowerCut stops machine name at once, as pulling its plug does: nothing
+// in it is told.
+func (c *Cluster) PowerCut(ctx context.Context, name string) error {
+	m, err := c.machine(name)
+	if err != nil {
+		return err
+	}
+	return c.halt(m)
+}
+
 // halt stops machine m at once: its systemd killed, and with it the
 // machine's PID namespace; then systemd-nspawn exits.
 func (c *Cluster) halt(m *Machine) error {

@@ -44,7 +44,9 @@ func workloadImage() (oci.Image, error) {
 	if err != nil {
 		return oci.Image{}, fmt.Errorf("the workload image's busybox (busybox-static): %w", err)
 	}
-	return oci.Image{Name: WorkloadImage, Cmd: []string{"/bin/sleep", "infinity"}, Files: []oci.File{
+	// A shell as the container's PID 1 ends on SIGTERM only with a trap:
+	// without one, a machine's shutdown would wait its full stop timeout.
+	return oci.Image{Name: WorkloadImage, Cmd: []string{"/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"}, Files: []oci.File{
 		{Path: "/bin/busybox", Mode: 0o755, Content: b},
 		{Path: "/bin/sh", Link: "busybox"}, {Path: "/bin/sleep", Link: "busybox"},
 	}}, nil

@@ -93,8 +93,10 @@ func TestCluster(t *testing.T) {
 		e.row("| kubeadm join → %s Ready (%s) | %s |", n.Name, kubeletName(n), timings.JoinToReady[n.Name].Round(time.Second))
 	}
 	t.Run("join", e.join)
+	t.Run("preempt", e.preempt)
 	t.Run("swap", e.swap)
 	t.Run("reboot", e.reboot)
+	t.Run("reboot-mid-preemption", e.rebootMidPreemption)
 	t.Run("reset", func(t *testing.T) {
 		for _, n := range nodes {
 			out := e.in(t, n.Name, "kubeadm", "reset", "--force")
