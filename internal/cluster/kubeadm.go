@@ -31,12 +31,9 @@ failCgroupV1: false
 // SystemVerification check to be skipped; nothing else is ignored.
 const ignoredPreflight = "SystemVerification"
 
-const initConfig = `apiVersion: kubeadm.k8s.io/v1beta4
-kind: InitConfiguration
-localAPIEndpoint:
-  advertiseAddress: {{.Addr}}
-  bindPort: 6443
-nodeRegistration:
+// nodeRegistration is the same for init and join: the machine's name and
+// address, containerd, the images imported (nothing to pull).
+const nodeRegistration = `nodeRegistration:
   name: {{.Name}}
   criSocket: {{.CRI}}
   imagePullPolicy: Never
@@ -44,7 +41,14 @@ nodeRegistration:
   kubeletExtraArgs:
   - name: node-ip
     value: {{.Addr}}
----
+`
+
+const initConfig = `apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: {{.Addr}}
+  bindPort: 6443
+` + nodeRegistration + `---
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration
 kubernetesVersion: {{.Version}}
@@ -63,15 +67,7 @@ discovery:
     apiServerEndpoint: {{.Server}}:6443
     token: {{.Token}}
     caCertHashes: [{{.Hash}}]
-nodeRegistration:
-  name: {{.Name}}
-  criSocket: {{.CRI}}
-  imagePullPolicy: Never
-  ignorePreflightErrors: [{{.Ignore}}]
-  kubeletExtraArgs:
-  - name: node-ip
-    value: {{.Addr}}
-`
+` + nodeRegistration
 
 func render(text string, data map[string]string) ([]byte, error) {
 	var b bytes.Buffer

@@ -4,9 +4,11 @@
 // of its own plugged into a bridge that only the machines share. Nothing
 // is changed on the host but what a Record lists, and Down removes it.
 //
-// The machines' parts are planned without side effects (planMachine) and
-// then made (apply); each thing made on the host is written to the record
-// before it is made, so that a run that fails half-way is removed whole.
+// What a machine is made of is worked out without side effects (its
+// cgroups from the host's hierarchies, its files, systemd-nspawn's
+// arguments) and then made; each thing made on the host is written to the
+// Record before it is made (a process as soon as it runs), so that a run
+// that fails half-way is removed whole by Down.
 package cluster
 
 import "strconv"

@@ -53,7 +53,7 @@ func TestMakeWithSpacesInPaths(t *testing.T) {
 		t.Errorf("a truncated state directory %s appeared", filepath.Join(base, "state"))
 	}
 	// The suites' state directories, as their recipes hand them over.
-	for _, target := range []string{"test-e2e-node", "test-e2e-upstream"} {
+	for _, target := range []string{"test-e2e-node", "test-e2e-cluster", "test-e2e-upstream"} {
 		dry := makeIn("-n", target)
 		for _, line := range strings.Split(dry, "\n") {
 			if strings.Contains(line, "-state ") && !strings.Contains(line, `-state "`) {

@@ -15,7 +15,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/critlet/critlet/internal/cluster"
 	"github.com/critlet/critlet/test/prediction"
 )
 
@@ -27,67 +26,35 @@ import (
 // preempted twice, and no pod is left Pending.
 func (e *env) preempt(t *testing.T) {
 	const node = "n2"
-	var manifest strings.Builder
 	free := e.freeCPU(t, node)
-	kinds := []struct{ name, resources string }{
-		{"besteffort", "{}"},
-		{"burstable", "{requests: {cpu: 300m}}"},
-		{"guaranteed", "{requests: {cpu: 300m, memory: 32Mi}, limits: {cpu: 300m, memory: 32Mi}}"},
+	kinds := []pod{
+		{name: "besteffort"},
+		{name: "burstable", resources: cpuRequest(300)},
+		{name: "guaranteed", resources: "{requests: {cpu: 300m, memory: 32Mi}, limits: {cpu: 300m, memory: 32Mi}}"},
 	}
 	var fill []string
+	var pods []pod
 	for i := 0; i == 0 || free-300 >= 100; i++ {
-		k := kinds[i%len(kinds)]
-		if k.name != "besteffort" {
+		p := kinds[i%len(kinds)]
+		if p.resources != "" {
 			free -= 300
 		}
-		name := fmt.Sprintf("fill-%s-%d", k.name, i)
-		fill = append(fill, name)
-		fmt.Fprintf(&manifest, `---
-apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: default}
-spec:
-  nodeName: %s
-  terminationGracePeriodSeconds: 5
-  containers:
-  - {name: c, image: %s, imagePullPolicy: Never, resources: %s}
-`, name, node, cluster.WorkloadImage, k.resources)
+		p.name, p.node = fmt.Sprintf("fill-%s-%d", p.name, i), node
+		fill = append(fill, p.name)
+		pods = append(pods, p)
 	}
-	if out, err := e.c.KubectlInput(e.ctx, "n1", []byte(manifest.String()), "apply", "-f", "-"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	e.apply(t, pods...)
 	e.kubectl(t, append([]string{"wait", "--for=condition=Ready", "--timeout=180s", "pod"}, fill...)...)
 
-	static := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: critical-static, namespace: kube-system}
-spec:
-  priorityClassName: system-node-critical
-  terminationGracePeriodSeconds: 5
-  containers:
-  - {name: c, image: %s, imagePullPolicy: Never, resources: {requests: {cpu: %dm}}}
-`, cluster.WorkloadImage, e.freeCPU(t, node)+400)
-	staticVictims := e.admitCritical(t, node, "critical-static-"+node, static, func() {
+	static := pod{name: "critical-static", namespace: "kube-system", class: "system-node-critical", resources: cpuRequest(e.freeCPU(t, node) + 400)}
+	staticVictims := e.admitCritical(t, node, "critical-static-"+node, static.manifest(), func() {
 		p := filepath.Join(e.c.RootDir(node), "etc/kubernetes/manifests/critical-static.yaml")
-		if err := os.WriteFile(p, []byte(static), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(static.manifest()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	})
-	bound := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: critical-bound, namespace: kube-system}
-spec:
-  nodeName: %s
-  priorityClassName: system-cluster-critical
-  terminationGracePeriodSeconds: 5
-  containers:
-  - {name: c, image: %s, imagePullPolicy: Never, resources: {requests: {cpu: %dm}}}
-`, node, cluster.WorkloadImage, e.freeCPU(t, node)+400)
-	boundVictims := e.admitCritical(t, node, "critical-bound", bound, func() {
-		if out, err := e.c.KubectlInput(e.ctx, "n1", []byte(bound), "apply", "-f", "-"); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-	})
+	bound := pod{name: "critical-bound", namespace: "kube-system", node: node, class: "system-cluster-critical", resources: cpuRequest(e.freeCPU(t, node) + 400)}
+	boundVictims := e.admitCritical(t, node, "critical-bound", bound.manifest(), func() { e.apply(t, bound) })
 	for _, v := range staticVictims {
 		if slices.Contains(boundVictims, v) {
 			t.Errorf("pod %s preempted twice", v)

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/critlet/critlet/internal/cluster"
 )
 
 // resumeLine is what critlet logs when it continues a recorded preemption.
@@ -35,44 +33,18 @@ func (e *env) rebootMidPreemption(t *testing.T) {
 	e.in(t, node, "systemctl", "restart", "kubelet")
 	e.waitHeartbeat(t, node, time.Now(), 2*time.Minute)
 
-	var manifest strings.Builder
 	var fill []string
+	var pods []pod
 	free := e.freeCPU(t, node)
 	for i := 0; free-300 >= 100; i++ {
-		name := fmt.Sprintf("stubborn-%d", i)
-		fill = append(fill, name)
+		p := pod{name: fmt.Sprintf("stubborn-%d", i), node: node, grace: 300, shell: "trap '' TERM; while :; do sleep 1; done", resources: cpuRequest(300)}
+		fill = append(fill, p.name)
+		pods = append(pods, p)
 		free -= 300
-		fmt.Fprintf(&manifest, `---
-apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: default}
-spec:
-  nodeName: %s
-  terminationGracePeriodSeconds: 300
-  containers:
-  - name: c
-    image: %s
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "trap '' TERM; while :; do sleep 1; done"]
-    resources: {requests: {cpu: 300m}}
-`, name, node, cluster.WorkloadImage)
 	}
-	if out, err := e.c.KubectlInput(e.ctx, "n1", []byte(manifest.String()), "apply", "-f", "-"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	e.apply(t, pods...)
 	e.kubectl(t, append([]string{"wait", "--for=condition=Ready", "--timeout=180s", "pod"}, fill...)...)
-	crit := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: critical-resumed, namespace: kube-system}
-spec:
-  nodeName: %s
-  priorityClassName: system-node-critical
-  containers:
-  - {name: c, image: %s, imagePullPolicy: Never, resources: {requests: {cpu: %dm}}}
-`, node, cluster.WorkloadImage, e.freeCPU(t, node)+400)
-	if out, err := e.c.KubectlInput(e.ctx, "n1", []byte(crit), "apply", "-f", "-"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	e.apply(t, pod{name: "critical-resumed", namespace: "kube-system", node: node, class: "system-node-critical", resources: cpuRequest(e.freeCPU(t, node) + 400)})
 	// Begun: the kubelet sends each victim's Preempting event as it asks
 	// for its kill, after writing the record (its condition reaches the
 	// API only once the victim is gone, minutes from now).

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/critlet/critlet/internal/cluster"
 )
 
 // handlerLine is what critlet's kubelet logs once at start (and the stock
@@ -23,24 +21,13 @@ const handlerLine = "critlet critical-pod admission handler installed"
 func (e *env) workload(t *testing.T, node string, count int) []string {
 	t.Helper()
 	var names []string
-	var manifest strings.Builder
+	var pods []pod
 	for i := 0; i < count; i++ {
 		name := fmt.Sprintf("%s-work-%d", node, i)
 		names = append(names, name)
-		fmt.Fprintf(&manifest, `---
-apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: default}
-spec:
-  nodeName: %s
-  terminationGracePeriodSeconds: 5
-  containers:
-  - {name: sleep, image: %s, imagePullPolicy: Never, resources: {requests: {cpu: 10m, memory: 16Mi}}}
-`, name, node, cluster.WorkloadImage)
+		pods = append(pods, pod{name: name, node: node, resources: "{requests: {cpu: 10m, memory: 16Mi}}"})
 	}
-	if out, err := e.c.KubectlInput(e.ctx, "n1", []byte(manifest.String()), "apply", "-f", "-"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	e.apply(t, pods...)
 	e.kubectl(t, append([]string{"wait", "--for=condition=Ready", "--timeout=180s", "pod"}, names...)...)
 	return names
 }
@@ -93,6 +80,20 @@ func (e *env) containers(t *testing.T, names []string) map[string]containerState
 		}
 	}
 	return out
+}
+
+// tasks are containerd's tasks on machine name: container ID → "PID
+// STATUS".
+func (e *env) tasks(t *testing.T, name string) map[string]string {
+	t.Helper()
+	out := e.in(t, name, "ctr", "--namespace", "k8s.io", "tasks", "list")
+	tasks := map[string]string{}
+	for _, line := range strings.Split(out, "\n")[1:] {
+		if f := strings.Fields(line); len(f) == 3 {
+			tasks[f[0]] = f[1] + " " + f[2]
+		}
+	}
+	return tasks
 }
 
 // kubeletPID is the kubelet's main PID on machine name (0: not running).
@@ -169,6 +170,7 @@ func (e *env) swap(t *testing.T) {
 	const node = "n3"
 	pods := e.workload(t, node, 3)
 	kept := e.containers(t, pods)
+	tasks := e.tasks(t, node)
 	steps := []struct {
 		name, deb string
 		critlet   bool
@@ -206,14 +208,26 @@ func (e *env) swap(t *testing.T) {
 		// The node's status names the new kubelet once it has reported:
 		// critlet's build is v1.37.2 with build metadata (semver-equal).
 		version := e.waitKubeletVersion(t, node, kubeletVersion(t, s.critlet), 2*time.Minute)
+		// The runtime's view first: the API's may still be the old
+		// kubelet's. Each container is the same task, same process.
+		nowTasks := e.tasks(t, node)
+		same := 0
+		for _, p := range pods {
+			id := strings.TrimPrefix(kept[p].ID, "containerd://")
+			if nowTasks[id] != tasks[id] || !strings.HasSuffix(tasks[id], " RUNNING") {
+				t.Errorf("%s: pod %s's container %s in containerd: %q, was %q", s.name, p, id, nowTasks[id], tasks[id])
+				continue
+			}
+			same++
+		}
 		now := e.containers(t, pods)
 		for _, p := range pods {
 			if now[p] != kept[p] || !now[p].Running {
 				t.Errorf("%s: pod %s's container is %+v, was %+v", s.name, p, now[p], kept[p])
 			}
 		}
-		e.row("| swap %s: kubelet restarted by %s (PID %s → %s), Ready heartbeat after | %s, kubelet %s, %d containers kept |",
-			s.name, how, pidBefore, pidAfter, time.Since(start).Round(time.Second), version, len(pods))
+		e.row("| swap %s: kubelet restarted by %s (PID %s → %s), Ready heartbeat after | %s, kubelet %s, %d of %d containers kept (same process) |",
+			s.name, how, pidBefore, pidAfter, time.Since(start).Round(time.Second), version, same, len(pods))
 	}
 	e.kubectl(t, append([]string{"delete", "pod", "--wait=false"}, pods...)...)
 }
