@@ -126,7 +126,11 @@ func (c *Cluster) Up(ctx context.Context, in Inputs, nodes []Node, progress func
 			set = append(set, pkgs.Kubectl)
 			images = append(images, cp...)
 		} else {
-			images = append(images, cp[len(cp)-1]) // the sandbox image
+			for _, img := range cp {
+				if img.Name == kubeadmimages.PauseRef {
+					images = append(images, img) // the sandbox image alone
+				}
+			}
 		}
 		if _, err := c.Install(ctx, n.Name, set...); err != nil {
 			return t, fmt.Errorf("installing on %s: %w", n.Name, err)
