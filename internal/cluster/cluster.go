@@ -98,7 +98,7 @@ func (c *Cluster) Create(ctx context.Context, image, pauseRef string, names []st
 	if err := c.save(); err != nil {
 		return err
 	}
-	hub, err := holdNetns(ctx, filepath.Join(c.dir, "hub.log"))
+	hub, err := holdNetns(ctx, "hub", filepath.Join(c.dir, "hub.log"))
 	if hub.PID > 0 {
 		c.rec.Hub = &hub
 		if serr := c.save(); serr != nil {
@@ -141,7 +141,7 @@ func (c *Cluster) createMachine(ctx context.Context, m *Machine, image, pauseRef
 	if err := writeMachineFiles(root, files); err != nil {
 		return err
 	}
-	nic, err := holdNetns(ctx, filepath.Join(c.machineDir(m.Name), "nic.log"))
+	nic, err := holdNetns(ctx, m.Name+" nic", filepath.Join(c.machineDir(m.Name), "nic.log"))
 	if nic.PID > 0 {
 		m.NIC = nic
 		if serr := c.save(); serr != nil {
@@ -185,7 +185,7 @@ func (c *Cluster) Down(ctx context.Context) error {
 	}
 	c.rec.Machines = kept
 	if c.rec.Hub != nil {
-		if err := c.rec.Hub.Kill(10 * time.Second); err != nil {
+		if err := c.rec.Hub.Stop(time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("the hub's namespace: %w", err))
 		} else {
 			c.rec.Hub = nil
@@ -226,7 +226,7 @@ func (c *Cluster) removeMachine(m *Machine) error {
 			return err
 		}
 	}
-	if err := m.NIC.Kill(10 * time.Second); err != nil {
+	if err := m.NIC.Stop(time.Second); err != nil {
 		return err
 	}
 	if err := checkNoMounts(c.machineDir(m.Name)); err != nil {

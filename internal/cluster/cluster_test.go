@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	utilsysctl "k8s.io/component-helpers/node/util/sysctl"
+
+	"github.com/critlet/critlet/internal/localnode/process"
 )
 
 // This host's kind: cgroup v1 with cpu and cpuacct apart, the memory
@@ -133,22 +135,25 @@ func TestImageKeyFollowsThePackages(t *testing.T) {
 }
 
 // A recorded process whose PID now belongs to another process (another
-// start time) is not alive, and Kill leaves that process alone.
+// start time) is not alive, and Stop leaves that process alone.
 func TestProcessWithReusedPIDIsNotKilled(t *testing.T) {
 	cmd := exec.Command("sleep", "30")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	real := Process{PID: cmd.Process.Pid, StartTime: startTime(cmd.Process.Pid)}
+	real, err := process.Find("sleep", cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !real.Alive() {
 		t.Fatal("a running process is not alive")
 	}
-	other := Process{PID: real.PID, StartTime: real.StartTime + 1}
+	other := process.Ref{Name: "sleep", PID: real.PID, Started: real.Started + 1}
 	if other.Alive() {
 		t.Error("a process recorded with another start time is alive")
 	}
-	if err := other.Kill(0); err != nil {
+	if err := other.Stop(0); err != nil {
 		t.Fatal(err)
 	}
 	if !real.Alive() {

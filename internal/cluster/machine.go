@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/critlet/critlet/internal/localnode/process"
 )
 
 // machineDir is where machine name's root, console log and files are.
@@ -54,7 +56,7 @@ func (c *Cluster) Boot(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	p, err := startDetached(c.launcherCmd(m), c.ConsoleLog(name))
+	p, err := startDetached(name, c.launcherCmd(m), c.ConsoleLog(name))
 	if err != nil {
 		return fmt.Errorf("booting machine %s: %w", name, err)
 	}
@@ -167,8 +169,8 @@ func (c *Cluster) PowerOff(ctx context.Context, name string) error {
 	}
 	// The command loses its systemd half-way: its result says nothing.
 	_, _ = c.Exec(ctx, name, "systemctl", "poweroff")
-	if err := m.Boot.wait(2 * time.Minute); err != nil {
-		return fmt.Errorf("machine %s did not power off: %w", name, err)
+	if !m.Boot.Wait(2 * time.Minute) {
+		return fmt.Errorf("machine %s did not power off within 2m", name)
 	}
 	m.Boot = nil
 	return c.save()
@@ -190,14 +192,17 @@ func (c *Cluster) halt(m *Machine) error {
 	if m.Boot == nil {
 		return nil
 	}
+	// systemd as PID 1 ignores SIGTERM from outside: Stop's SIGKILL ends
+	// it, and the PID namespace with it.
 	if pid, err := leader(m); err == nil {
-		lp := Process{PID: pid, StartTime: startTime(pid)}
-		if err := lp.Kill(30 * time.Second); err != nil {
-			return err
+		if sd, err := process.Find(m.Name+" systemd", pid); err == nil {
+			if err := sd.Stop(0); err != nil {
+				return err
+			}
 		}
 	}
-	if err := m.Boot.wait(30 * time.Second); err != nil {
-		if err := m.Boot.Kill(10 * time.Second); err != nil {
+	if !m.Boot.Wait(30 * time.Second) {
+		if err := m.Boot.Stop(0); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strconv"
 	"time"
+
+	"github.com/critlet/critlet/internal/localnode/process"
 )
 
 // The machines' network: a hub namespace holding bridge hubBridge, and one
@@ -19,8 +21,8 @@ const hubBridge = "critlet0"
 
 // holdNetns starts a process in a new network namespace and waits until
 // it is in it.
-func holdNetns(ctx context.Context, logPath string) (Process, error) {
-	p, err := startDetached(exec.Command("unshare", "--net", "--", "sleep", "infinity"), logPath)
+func holdNetns(ctx context.Context, name, logPath string) (process.Ref, error) {
+	p, err := startDetached(name, exec.Command("unshare", "--net", "--", "sleep", "infinity"), logPath)
 	if err != nil {
 		return p, err
 	}
@@ -40,10 +42,10 @@ func holdNetns(ctx context.Context, logPath string) (Process, error) {
 	}
 }
 
-func netnsPath(p Process) string { return "/proc/" + strconv.Itoa(p.PID) + "/ns/net" }
+func netnsPath(p process.Ref) string { return "/proc/" + strconv.Itoa(p.PID) + "/ns/net" }
 
 // inNetns runs ip's commands in p's network namespace.
-func inNetns(ctx context.Context, p Process, cmds ...[]string) error {
+func inNetns(ctx context.Context, p process.Ref, cmds ...[]string) error {
 	for _, c := range cmds {
 		args := append([]string{"--net=" + netnsPath(p), "--"}, c...)
 		if out, err := exec.CommandContext(ctx, "nsenter", args...).CombinedOutput(); err != nil {
@@ -55,7 +57,7 @@ func inNetns(ctx context.Context, p Process, cmds ...[]string) error {
 
 // setUpHub makes the bridge in the hub's namespace, with the hub's address
 // (the machines' default gateway, which leads nowhere further).
-func setUpHub(ctx context.Context, hub Process) error {
+func setUpHub(ctx context.Context, hub process.Ref) error {
 	return inNetns(ctx, hub,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "link", "add", hubBridge, "type", "bridge"},
@@ -65,7 +67,7 @@ func setUpHub(ctx context.Context, hub Process) error {
 }
 
 // plugIn gives machine m's namespace its eth0 on the hub's bridge.
-func plugIn(ctx context.Context, hub Process, m *Machine) error {
+func plugIn(ctx context.Context, hub process.Ref, m *Machine) error {
 	port := "m" + strconv.Itoa(m.Index)
 	if err := inNetns(ctx, hub,
 		[]string{"ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", strconv.Itoa(m.NIC.PID)},

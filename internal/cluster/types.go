@@ -11,7 +11,11 @@
 // that fails half-way is removed whole by Down.
 package cluster
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/critlet/critlet/internal/localnode/process"
+)
 
 // Network is the machines' network: a bridge in a namespace of its own.
 const (
@@ -32,27 +36,20 @@ type Machine struct {
 	Index int    `json:"index"`
 	Addr  string `json:"addr"`
 	// NIC holds the machine's network namespace across its boots.
-	NIC Process `json:"nic"`
+	NIC process.Ref `json:"nic"`
 	// Boot is the running systemd-nspawn, absent when powered off.
-	Boot *Process `json:"boot,omitempty"`
+	Boot *process.Ref `json:"boot,omitempty"`
 	// Cgroups are the machine's own, one per hierarchy, made by this package.
 	Cgroups []string `json:"cgroups"`
 	// Boots counts the machine's boots.
 	Boots int `json:"boots"`
 }
 
-// Process is a process this package started, named by PID and start time
-// so that a reused PID is never taken for it.
-type Process struct {
-	PID       int    `json:"pid"`
-	StartTime uint64 `json:"start_time"`
-}
-
 // Record is everything this package made on the host, written before each
 // thing is made: Down removes what it lists and nothing else.
 type Record struct {
-	Hub      *Process   `json:"hub,omitempty"`
-	Machines []*Machine `json:"machines"`
+	Hub      *process.Ref `json:"hub,omitempty"`
+	Machines []*Machine   `json:"machines"`
 	// HostDirs are directories systemd-nspawn makes under /run that were
 	// absent before the first boot: removed at Down when empty.
 	HostDirs []string `json:"host_dirs"`

@@ -99,19 +99,19 @@ func (e *env) freeCPU(t *testing.T, node string) int64 {
 	return free
 }
 
-// admitCritical gives node the critical pod of manifest (its name in the
-// API: mirror), by create, and checks that it runs once the kubelet has
-// preempted pods alike to upstream's handler's choice. It returns the
-// victims.
-func (e *env) admitCritical(t *testing.T, node, mirror, manifest string, create func()) []string {
+// prediction is what upstream's handler does on node's active pods for
+// the critical pod of manifest: the pod (its priority as the Priority
+// admission plugin resolves its class), the pods counted, the victims and
+// the shortfall. A prediction that preempts nothing fails the test: the
+// scenario made no shortage.
+func (e *env) prediction(t *testing.T, node, manifest string) (crit *v1.Pod, others []*v1.Pod, victims []string, reasons string) {
 	t.Helper()
-	var crit v1.Pod
-	if err := yaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(&crit); err != nil {
+	crit = &v1.Pod{}
+	if err := yaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(crit); err != nil {
 		t.Fatal(err)
 	}
 	if crit.Spec.Priority == nil {
-		// What the Priority admission plugin resolves the class to; a
-		// static pod is critical for being static.
+		// A static pod is critical for being static.
 		prio := int32(2000000000)
 		if crit.Spec.PriorityClassName == "system-node-critical" {
 			prio = 2000001000
@@ -122,21 +122,36 @@ func (e *env) admitCritical(t *testing.T, node, mirror, manifest string, create 
 	if err := json.Unmarshal([]byte(e.kubectl(t, "get", "node", node, "-o", "json")), &n); err != nil {
 		t.Fatal(err)
 	}
-	pods := e.nodePods(t, node)
-	before := prediction.Preempted(pods)
-	others := prediction.Active(pods)
-	want, reasons, err := prediction.StockVictims(&n, others, &crit)
+	others = prediction.Active(e.nodePods(t, node))
+	victims, reasons, err := prediction.StockVictims(&n, others, crit)
 	if err != nil {
-		t.Fatalf("upstream's handler for %s: %v", mirror, err)
+		t.Fatalf("upstream's handler for %s: %v", crit.Name, err)
 	}
-	if len(want) == 0 {
-		t.Fatalf("upstream's handler preempts nothing for %s: no shortage made", mirror)
+	if len(victims) == 0 {
+		t.Fatalf("upstream's handler preempts nothing for %s: no shortage made", crit.Name)
 	}
+	return crit, others, victims, reasons
+}
+
+// predictVictims is prediction's victims.
+func (e *env) predictVictims(t *testing.T, node, manifest string) []string {
+	_, _, victims, _ := e.prediction(t, node, manifest)
+	return victims
+}
+
+// admitCritical gives node the critical pod of manifest (its name in the
+// API: mirror), by create, and checks that it runs once the kubelet has
+// preempted pods alike to upstream's handler's choice. It returns the
+// victims.
+func (e *env) admitCritical(t *testing.T, node, mirror, manifest string, create func()) []string {
+	t.Helper()
+	crit, others, want, reasons := e.prediction(t, node, manifest)
+	before := prediction.Preempted(e.nodePods(t, node))
 	start := time.Now()
 	create()
 	e.waitPodReady(t, "kube-system", mirror, 3*time.Minute)
 	running := time.Since(start)
-	keys := func(names []string) []string { return prediction.AlikeKeys(&crit, others, names) }
+	keys := func(names []string) []string { return prediction.AlikeKeys(crit, others, names) }
 	var got []string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		got = nil

@@ -149,6 +149,19 @@ func Read(name, pidFile string) (ref Ref, ok bool, err error) {
 	return ref, true, nil
 }
 
+// Find returns the running process pid as a Ref, its start time read now,
+// for processes this package did not start.
+func Find(name string, pid int) (Ref, error) {
+	st, err := startTime(pid)
+	if err != nil {
+		return Ref{}, fmt.Errorf("%s (pid %d): %w", name, pid, err)
+	}
+	return Ref{Name: name, PID: pid, Started: st}, nil
+}
+
+// Wait waits up to d for the process to end, and reports whether it has.
+func (r Ref) Wait(d time.Duration) bool { return waitGone(r, d) }
+
 // Alive reports whether the recorded process still runs (a zombie does not).
 func (r Ref) Alive() bool {
 	st, state, err := stat(r.PID)
