@@ -1,6 +1,8 @@
 // Package hoststate records the parts of a host that a node run must leave as
 // it found them (sysctls, mounts, cgroups, network devices and firewall
-// rules) and reports what differs between two records. Its process listing
+// rules) and reports what differs between two records. A record holds only
+// what a suite could make (a Scope): other processes on the machine create
+// and remove their own cgroups, devices and mounts meanwhile. Its process listing
 // (Processes), which misses no process for being in the middle of exec,
 // serves the local node's shim killer too.
 package hoststate
@@ -12,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -29,24 +32,52 @@ var Sysctls = []string{
 	"net/bridge/bridge-nf-call-iptables", "net/ipv4/conf/all/route_localnet",
 }
 
-// Capture records the host as the calling process sees it. Items that
-// cannot be read on this host are left out, on both sides of a comparison.
-func Capture() (State, error) {
+// Scope is what a suite could make on a host; a record holds that and
+// nothing else, so that what other processes create and remove meanwhile
+// (systemd's transient scopes, other sandboxes' cgroups, their devices and
+// mounts) never makes two records differ, while the suite's own leaks do.
+type Scope struct {
+	// Cgroups are name patterns (path.Match): a cgroup in a hierarchy's
+	// top two levels is recorded when one of its names matches.
+	Cgroups []string
+	// Links are name patterns of network devices.
+	Links []string
+	// Mounts are directories: mount points at or below them are recorded.
+	Mounts []string
+}
+
+// Capture records the host as the calling process sees it, within scope.
+// Items that cannot be read on this host are left out, on both sides of a
+// comparison.
+func Capture(scope Scope) (State, error) {
 	s := State{}
 	for _, k := range Sysctls {
 		if v, err := os.ReadFile(filepath.Join("/proc/sys", k)); err == nil {
 			s["sysctl "+k] = strings.TrimSpace(string(v))
 		}
 	}
-	if err := s.addMounts("/proc/self/mountinfo"); err != nil {
+	mounts, err := readMounts("/proc/self/mountinfo")
+	if err != nil {
 		return nil, err
 	}
-	s.addCgroups()
+	var cgroupRoots []string
+	for _, m := range mounts {
+		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
+			cgroupRoots = append(cgroupRoots, m.point)
+		}
+		if underAny(m.point, scope.Mounts) {
+			s["mount "+m.point] += m.fstype + " "
+		}
+	}
+	s.addCgroups(cgroupRoots, scope.Cgroups)
 	if out, err := exec.Command("ip", "-o", "link", "show").Output(); err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
 			// "3: critlet0: <BROADCAST,…> …": the name identifies the device.
 			if f := strings.Fields(line); len(f) > 1 {
-				s["link "+strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":")] = "present"
+				name := strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":")
+				if matchesAny(name, scope.Links) {
+					s["link "+name] = "present"
+				}
 			}
 		}
 	}
@@ -61,6 +92,27 @@ func Capture() (State, error) {
 		s["rules "+tool] = rules(out)
 	}
 	return s, nil
+}
+
+// matchesAny reports whether name matches one of patterns (path.Match).
+func matchesAny(name string, patterns []string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// underAny reports whether p is one of dirs or below one.
+func underAny(p string, dirs []string) bool {
+	for _, d := range dirs {
+		d = filepath.Clean(d)
+		if p == d || strings.HasPrefix(p, d+"/") || d == "/" {
+			return true
+		}
+	}
+	return false
 }
 
 // rules drops iptables-save's comment lines, which carry the time, and its
@@ -81,11 +133,17 @@ func rules(out []byte) string {
 	return strings.Join(keep, "\n")
 }
 
-func (s State) addMounts(mountinfo string) error {
+// mount is a line of mountinfo: where, and which file system type.
+type mount struct{ point, fstype string }
+
+// readMounts reads a mountinfo file. Its mount points are as the kernel
+// escapes them (a space is \040), on both sides of a comparison.
+func readMounts(mountinfo string) ([]mount, error) {
 	b, err := os.ReadFile(mountinfo)
 	if err != nil {
-		return fmt.Errorf("reading mounts: %w", err)
+		return nil, fmt.Errorf("reading mounts: %w", err)
 	}
+	var out []mount
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		// fields: id parent major:minor root mountpoint options … - fstype source …
@@ -93,38 +151,38 @@ func (s State) addMounts(mountinfo string) error {
 		if len(f) < 5 {
 			continue
 		}
-		fstype := ""
+		m := mount{point: f[4]}
 		for i, x := range f {
 			if x == "-" && i+1 < len(f) {
-				fstype = f[i+1]
+				m.fstype = f[i+1]
 			}
 		}
-		s["mount "+f[4]] += fstype + " "
+		out = append(out, m)
 	}
-	return sc.Err()
+	return out, sc.Err()
 }
 
-// addCgroups records the cgroups two levels below each hierarchy's root:
-// where a kubelet would make its cgroup root, QoS classes and system
-// cgroups.
-func (s State) addCgroups() {
-	var roots []string
-	for k, v := range s {
-		if strings.HasPrefix(k, "mount ") && (strings.HasPrefix(v, "cgroup ") || strings.HasPrefix(v, "cgroup2 ")) {
-			roots = append(roots, strings.TrimPrefix(k, "mount "))
-		}
-	}
+// addCgroups records the cgroups in the top two levels below each of roots
+// (where a kubelet would make its cgroup root, QoS classes and system
+// cgroups, and a machine its own) that have a name matching one of names.
+func (s State) addCgroups(roots, names []string) {
 	for _, root := range roots {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || !d.IsDir() {
 				return nil
 			}
 			rel, _ := filepath.Rel(root, p)
+			if rel == "." {
+				return nil
+			}
 			if strings.Count(rel, "/") >= 2 {
 				return fs.SkipDir
 			}
-			if rel != "." {
-				s["cgroup "+p] = "present"
+			for _, name := range strings.Split(rel, "/") {
+				if matchesAny(name, names) {
+					s["cgroup "+p] = "present"
+					break
+				}
 			}
 			return nil
 		})

@@ -1,10 +1,13 @@
 package hoststate
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/critlet/critlet/test/testenv"
 )
 
 func TestDiff(t *testing.T) {
@@ -41,22 +44,111 @@ func TestMounts(t *testing.T) {
 			"23 1 0:22 / /run/netns rw - tmpfs critlet rw\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := State{}
-	if err := s.addMounts(info); err != nil {
+	got, err := readMounts(info)
+	if err != nil {
 		t.Fatal(err)
 	}
-	want := State{"mount /sys/fs/cgroup/memory": "cgroup ", "mount /run/netns": "tmpfs "}
-	if !reflect.DeepEqual(s, want) {
-		t.Fatalf("mounts = %v, want %v", s, want)
+	want := []mount{{"/sys/fs/cgroup/memory", "cgroup"}, {"/run/netns", "tmpfs"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("mounts = %v, want %v", got, want)
+	}
+}
+
+// A cgroup another process makes and removes during a run is not the
+// suite's and must not fail it; a node's cgroup left behind must.
+func TestCgroupsOutsideTheScopeAreNotRecorded(t *testing.T) {
+	root := t.TempDir()
+	names := NodeScope().Cgroups
+	mk := func(p string) {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("process_api/1")
+	mk("system.slice/kubepods.slice")
+	before := State{}
+	before.addCgroups([]string{root}, names)
+
+	// Another process removes its cgroup and makes another.
+	if err := os.RemoveAll(filepath.Join(root, "process_api")); err != nil {
+		t.Fatal(err)
+	}
+	mk("user.slice/session-9.scope")
+	foreign := State{}
+	foreign.addCgroups([]string{root}, names)
+	if d := Diff(before, foreign); len(d) > 0 {
+		t.Errorf("other processes' cgroups changed the record: %q", d)
+	}
+
+	// A node's cgroups left behind, at its root, under a kubelet's default
+	// name, or below another process's cgroup.
+	for _, leak := range []string{"critlet/kubepods", "kubepods", "user.slice/critlet-machine-n1"} {
+		mk(leak)
+		after := State{}
+		after.addCgroups([]string{root}, names)
+		if d := Diff(foreign, after); len(d) == 0 {
+			t.Errorf("a leaked %s went unnoticed", leak)
+		}
+		if err := os.RemoveAll(filepath.Join(root, leak)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The same on the host's own cgroup hierarchies: a cgroup made and removed
+// beside a run by another process leaves the record as it was; a node's
+// cgroup left behind changes it.
+func TestCaptureOnTheHostsCgroups(t *testing.T) {
+	mounts, err := readMounts("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hierarchy string
+	for _, m := range mounts {
+		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
+			hierarchy = m.point
+			break
+		}
+	}
+	foreign := filepath.Join(hierarchy, fmt.Sprintf("hoststate-test-foreign-%d", os.Getpid()))
+	leak := filepath.Join(hierarchy, fmt.Sprintf("critlet-hoststate-test-%d", os.Getpid()))
+	if hierarchy == "" || os.Mkdir(foreign, 0o755) != nil {
+		testenv.Need(t, "a writable cgroup hierarchy", fmt.Errorf("cannot make a cgroup under %q", hierarchy))
+	}
+	t.Cleanup(func() { _ = os.Remove(foreign); _ = os.Remove(leak) })
+	before, err := Capture(NodeScope())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(foreign); err != nil {
+		t.Fatal(err)
+	}
+	after, err := Capture(NodeScope())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Diff(before, after); len(d) > 0 {
+		t.Errorf("another process's cgroup, removed, changed the record: %q", d)
+	}
+	if err := os.Mkdir(leak, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	leaked, err := Capture(NodeScope())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("cgroup %s: new (\"present\")", leak)
+	if d := Diff(after, leaked); !reflect.DeepEqual(d, []string{want}) {
+		t.Errorf("a node's cgroup left behind: diff %q, want %q", d, want)
 	}
 }
 
 func TestCaptureIsStable(t *testing.T) {
-	a, err := Capture()
+	a, err := Capture(NodeScope())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Capture()
+	b, err := Capture(NodeScope())
 	if err != nil {
 		t.Fatal(err)
 	}

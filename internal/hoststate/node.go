@@ -120,11 +120,24 @@ func (s State) AddProcesses(cgroupMark string, pathMarks ...string) error {
 	return nil
 }
 
+// NodeScope is what a suite's nodes and machines could make on the host:
+// cgroups named as the local node's root, a machine's, or what a kubelet or
+// containerd left to their defaults would make; the node's bridge and the
+// veths and bridges CNI plugins make; mounts under NodePaths, the cgroup
+// file systems, systemd-nspawn's run directory and stateDirs.
+func NodeScope(stateDirs ...string) Scope {
+	return Scope{
+		Cgroups: []string{"critlet*", "kubepods*", "k8s.io"},
+		Links:   []string{"critlet*", "veth*", "cni*"},
+		Mounts:  append(append([]string{"/sys/fs/cgroup", "/run/systemd/nspawn"}, NodePaths...), stateDirs...),
+	}
+}
+
 // CaptureNode records what a node run must leave as it found it: Capture's
-// items, the files under NodePaths, the entries of /, and the processes in
-// the cgroups under cgroupRoot or naming one of stateDirs.
+// items within NodeScope, the files under NodePaths, the entries of /, and
+// the processes in the cgroups under cgroupRoot or naming one of stateDirs.
 func CaptureNode(cgroupRoot string, stateDirs ...string) (State, error) {
-	s, err := Capture()
+	s, err := Capture(NodeScope(stateDirs...))
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ const machineMark = "critlet-machine-"
 // the state directory.
 func hostRecord(t *testing.T) hoststate.State {
 	t.Helper()
-	s, err := hoststate.Capture()
+	s, err := hoststate.Capture(hoststate.NodeScope(*stateDir))
 	if err != nil {
 		t.Fatal(err)
 	}

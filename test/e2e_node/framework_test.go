@@ -227,7 +227,13 @@ type podSpec struct {
 	runtimeClass     string
 	hostDir          string           // a host directory mounted at /witness (witness_test.go)
 	restartPolicy    v1.RestartPolicy // Never when empty
+	// stubbornSibling adds a container "stubborn" that ignores SIGTERM,
+	// so that the pod's kill lasts its whole grace period.
+	stubbornSibling bool
 }
+
+// stubbornName is the container stubbornSibling adds.
+const stubbornName = "stubborn"
 
 func (s podSpec) pod(node string) *v1.Pod {
 	ns := s.namespace
@@ -270,6 +276,14 @@ func (s podSpec) pod(node string) *v1.Pod {
 		p.Spec.Volumes = []v1.Volume{{Name: "witness", VolumeSource: v1.VolumeSource{
 			HostPath: &v1.HostPathVolumeSource{Path: s.hostDir, Type: ptr.To(v1.HostPathDirectoryOrCreate)}}}}
 		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "witness", MountPath: "/witness"}}
+	}
+	if s.stubbornSibling {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{
+			Name:            stubbornName,
+			Image:           localnode.BusyboxImage,
+			ImagePullPolicy: v1.PullNever,
+			Command:         []string{"/bin/sh", "-c", "trap '' TERM; while :; do sleep 1; done"},
+		})
 	}
 	return p
 }

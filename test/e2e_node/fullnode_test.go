@@ -24,10 +24,10 @@ import (
 // fullNodeSeeds draw scenario 19: the first seed draws the node and its
 // first two critical pods, on every kubelet, so that every run checks one
 // known node on both; each further seed draws two more critical pods on
-// critlet's node ("random" one drawn anew per suite run, printed in the
-// report). A failure names its seeds: -full-node-seeds=1901,N repeats a
+// the same node, on every kubelet too ("random" one drawn anew per suite
+// run, printed in the report). A failure names its seeds: -full-node-seeds=1901,N repeats a
 // drawn pair, -full-node-seeds=N draws the node from N on both kubelets.
-var fullNodeSeeds = flag.String("full-node-seeds", "1901,random", "seeds of scenario 19, comma-separated: the first draws the node, each further one two more critical pods on critlet's; random draws one per run")
+var fullNodeSeeds = flag.String("full-node-seeds", "1901,random", "seeds of scenario 19, comma-separated: the first draws the node, each further one two more critical pods on the same node; random draws one per run")
 
 // defaultMaxPods is the kubelet's default maxPods.
 const defaultMaxPods = 110
@@ -38,8 +38,8 @@ const defaultMaxPods = 110
 // may preempt, being of higher priority). A first critical pod then needs a
 // pod slot and more cpu than is free; once it runs, a second one needs more
 // cpu and more memory than are then free (and a slot if the first took only
-// one pod). Each further seed draws two more such pairs on critlet's node,
-// the node filled once (each fill of 110 pods costs minutes). Each time the
+// one pod). Each further seed draws two more such pairs on the same node,
+// on every kubelet, the node filled once (each fill of 110 pods costs minutes). Each time the
 // victims must be those upstream's own handler picks, run inside the test
 // on the node's pods with the failure reasons the kubelet's admission
 // computes (upstream's scheduler code, as the kubelet's). The kubelet's pod
@@ -53,7 +53,7 @@ func TestFullNode(t *testing.T) {
 	}
 	more := ""
 	if len(seeds) > 1 {
-		more = fmt.Sprintf(", on critlet critical pods of seeds %v too", seeds[1:])
+		more = fmt.Sprintf(", critical pods of seeds %v too", seeds[1:])
 	}
 	opts := scenarioOptions{maxPods: defaultMaxPods, timeout: 15 * time.Minute}
 	runScenario(t, fmt.Sprintf("19 node at 110 pods, seed %d%s", seeds[0], more), opts, func(e *env) {
@@ -80,11 +80,7 @@ func TestFullNode(t *testing.T) {
 		e.settle(2 * time.Second)
 		e.note("seed %d: %d pods Running in %s", seeds[0], len(pods), time.Since(start).Round(time.Second))
 
-		draws := []uint64{seeds[0]}
-		if e.kubelet.name == critletKubelet.name {
-			draws = seeds
-		}
-		for i, seed := range draws {
+		for i, seed := range seeds {
 			suffix := ""
 			if i > 0 {
 				// A seed's own stream, so that -full-node-seeds=1901,N draws

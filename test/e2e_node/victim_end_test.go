@@ -31,6 +31,39 @@ const (
 // Both kubelets do this; parallel kills put more statuses in one snapshot.
 const raceNote = "ended Failed/Preempting though its container exited 0: the kubelet's status manager wrote the kill's first status after the kill had finished"
 
+// removedNote names the second ending upstream's kubelet can give a
+// victim that exited 0. Preemption kills as an eviction, and the kubelet's
+// container garbage collector (a pass a minute, on its own goroutine)
+// removes every exited container of an evicted pod at once, also while the
+// pod's kill is still stopping the rest of it (another container, the
+// sandbox). A container removed before the kill reads the pod's final
+// status is missing from it, and the kubelet reports what it reports for a
+// container it cannot find: exit 137, ContainerStatusUnknown, both as the
+// container's last state ("could not be located when the pod was
+// deleted") and, once the pod is terminal, as its state. Scenario 25 makes
+// it happen on every kubelet; on a busy machine a slow sandbox stop gives
+// a garbage collection pass the same window.
+const removedNote = "ended with its container reported ContainerStatusUnknown/137: the kubelet's container garbage collection removed the exited container (an evicted pod's) before the kill's final status read it"
+
+// Upstream's words for a container its final status could not find
+// (status_manager.TerminatePod, kubelet_pods.convertToAPIContainerStatuses).
+const (
+	reasonStatusUnknown = "ContainerStatusUnknown"
+	messageNotLocated   = "The container could not be located when the pod was terminated"
+	messageRemoved      = "The container could not be located when the pod was deleted.  The container used to be Running"
+)
+
+// removedByKubelet reports whether c ended as upstream ends a container
+// that was running when the pod's kill began and was gone from the
+// runtime when the kill read the final status: both its state and its
+// last state say so, in upstream's words.
+func removedByKubelet(c v1.ContainerStatus) bool {
+	t, last := c.State.Terminated, c.LastTerminationState.Terminated
+	return t != nil && last != nil &&
+		t.ExitCode == 137 && t.Reason == reasonStatusUnknown && t.Message == messageNotLocated &&
+		last.ExitCode == 137 && last.Reason == reasonStatusUnknown && last.Message == messageRemoved
+}
+
 // victimEnded reports whether status is final enough to judge: terminal,
 // and for a victim that exits on SIGTERM, every container terminated (the
 // phase can reach the API a sync before the containers' ends do).
@@ -58,18 +91,25 @@ func victimEnded(status v1.PodStatus, exit victimExit) bool {
 func checkVictimEnd(status v1.PodStatus, exit victimExit) (note string, err error) {
 	switch exit {
 	case exitsOnTerm:
+		removed := false
 		for _, c := range status.ContainerStatuses {
-			if t := c.State.Terminated; t == nil || t.ExitCode != 0 {
+			switch t := c.State.Terminated; {
+			case t != nil && t.ExitCode == 0:
+			case removedByKubelet(c):
+				removed = true
+			default:
 				return "", fmt.Errorf("container %s ended %s, want exit 0 after SIGTERM within its grace period", c.Name, describeState(c.State))
 			}
 		}
 		switch {
-		case status.Phase == v1.PodSucceeded:
+		case status.Phase == v1.PodSucceeded && !removed:
 			return "", nil
+		case status.Phase == v1.PodFailed && status.Reason == reasonPreempting && removed:
+			return removedNote, nil
 		case status.Phase == v1.PodFailed && status.Reason == reasonPreempting:
 			return raceNote, nil
 		}
-		return "", fmt.Errorf("ended %s/%s, want Succeeded as the stock kubelet ends it (or Failed/%s when its status writes race)", status.Phase, status.Reason, reasonPreempting)
+		return "", fmt.Errorf("ended %s/%s, want Succeeded as the stock kubelet ends it (or Failed/%s when its status writes race or it removed the exited container first)", status.Phase, status.Reason, reasonPreempting)
 	case killed:
 		if status.Phase != v1.PodFailed || status.Reason != reasonPreempting {
 			return "", fmt.Errorf("ended %s/%s, want Failed/%s", status.Phase, status.Reason, reasonPreempting)
@@ -96,6 +136,17 @@ func TestCheckVictimEnd(t *testing.T) {
 		return v1.ContainerStatus{Name: "c", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: code}}}
 	}
 	running := v1.ContainerStatus{Name: "c", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}
+	unknown := func(state, last string) v1.ContainerStatus {
+		return v1.ContainerStatus{Name: "c",
+			State:                v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 137, Reason: reasonStatusUnknown, Message: state}},
+			LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 137, Reason: reasonStatusUnknown, Message: last}},
+		}
+	}
+	removed := unknown(messageNotLocated, messageRemoved)
+	lostOnly := removed
+	lostOnly.LastTerminationState = v1.ContainerState{}
+	sigkilled := exited(137)
+	sigkilled.State.Terminated.Reason = "Error"
 	status := func(phase v1.PodPhase, reason string, cs ...v1.ContainerStatus) v1.PodStatus {
 		return v1.PodStatus{Phase: phase, Reason: reason, ContainerStatuses: cs}
 	}
@@ -115,6 +166,13 @@ func TestCheckVictimEnd(t *testing.T) {
 		{"phase ahead of the containers", status(v1.PodFailed, reasonPreempting, running), exitsOnTerm, false, "", true},
 		{"no container status", status(v1.PodSucceeded, ""), exitsOnTerm, false, "", false},
 		{"still running", status(v1.PodRunning, "", running), exitsOnTerm, false, "", true},
+		{"exited container removed by the kubelet", status(v1.PodFailed, reasonPreempting, removed), exitsOnTerm, true, removedNote, false},
+		{"one removed, one exited 0", status(v1.PodFailed, reasonPreempting, removed, exited(0)), exitsOnTerm, true, removedNote, false},
+		{"removed, yet Succeeded", status(v1.PodSucceeded, "", removed), exitsOnTerm, true, "", true},
+		{"removed, Failed for another reason", status(v1.PodFailed, "Evicted", removed), exitsOnTerm, true, "", true},
+		{"not located, never seen gone", status(v1.PodFailed, reasonPreempting, lostOnly), exitsOnTerm, true, "", true},
+		{"not located, in other words", status(v1.PodFailed, reasonPreempting, unknown(messageNotLocated, "gone")), exitsOnTerm, true, "", true},
+		{"killed by SIGKILL though it exits on SIGTERM", status(v1.PodFailed, reasonPreempting, sigkilled), exitsOnTerm, true, "", true},
 		{"killed victim", status(v1.PodFailed, reasonPreempting, exited(137)), killed, true, "", false},
 		{"killed victim Succeeded", status(v1.PodSucceeded, "", exited(0)), killed, true, "", true},
 		{"killed victim, phase only", status(v1.PodFailed, reasonPreempting, running), killed, true, "", false},
