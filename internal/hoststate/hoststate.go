@@ -37,11 +37,12 @@ var Sysctls = []string{
 // (systemd's transient scopes, other sandboxes' cgroups, their devices and
 // mounts) never makes two records differ, while the suite's own leaks do.
 type Scope struct {
-	// Cgroups are name patterns (path.Match): a cgroup in a hierarchy's
-	// top two levels is recorded when one of its names matches.
+	// Cgroups are patterns (path.Match) of a cgroup's path relative to its
+	// hierarchy's root, one or two levels deep ("critlet", "critlet/*").
 	Cgroups []string
-	// Links are name patterns of network devices.
-	Links []string
+	// Links are patterns of network devices' names; Bridges are patterns
+	// of bridges whose ports are recorded too, whatever their names.
+	Links, Bridges []string
 	// Mounts are directories: mount points at or below them are recorded.
 	Mounts []string
 }
@@ -71,15 +72,7 @@ func Capture(scope Scope) (State, error) {
 	}
 	s.addCgroups(cgroupRoots, scope.Cgroups)
 	if out, err := exec.Command("ip", "-o", "link", "show").Output(); err == nil {
-		for _, line := range strings.Split(string(out), "\n") {
-			// "3: critlet0: <BROADCAST,…> …": the name identifies the device.
-			if f := strings.Fields(line); len(f) > 1 {
-				name := strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":")
-				if matchesAny(name, scope.Links) {
-					s["link "+name] = "present"
-				}
-			}
-		}
+		s.addLinks(string(out), scope)
 	}
 	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -113,6 +106,27 @@ func underAny(p string, dirs []string) bool {
 		}
 	}
 	return false
+}
+
+// addLinks records the devices of ipLinks (ip -o link show) named as
+// scope.Links or ports of a bridge named as scope.Bridges.
+func (s State) addLinks(ipLinks string, scope Scope) {
+	for _, line := range strings.Split(ipLinks, "\n") {
+		// "5: veth1@if3: <BROADCAST,…> mtu 1500 … master critlet0 state UP …":
+		// the name identifies the device.
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name := strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":")
+		mine := matchesAny(name, scope.Links)
+		for i := 2; i+1 < len(f) && !mine; i++ {
+			mine = f[i] == "master" && matchesAny(f[i+1], scope.Bridges)
+		}
+		if mine {
+			s["link "+name] = "present"
+		}
+	}
 }
 
 // rules drops iptables-save's comment lines, which carry the time, and its
@@ -164,8 +178,8 @@ func readMounts(mountinfo string) ([]mount, error) {
 
 // addCgroups records the cgroups in the top two levels below each of roots
 // (where a kubelet would make its cgroup root, QoS classes and system
-// cgroups, and a machine its own) that have a name matching one of names.
-func (s State) addCgroups(roots, names []string) {
+// cgroups) whose path relative to the root matches one of patterns.
+func (s State) addCgroups(roots, patterns []string) {
 	for _, root := range roots {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || !d.IsDir() {
@@ -175,14 +189,11 @@ func (s State) addCgroups(roots, names []string) {
 			if rel == "." {
 				return nil
 			}
-			if strings.Count(rel, "/") >= 2 {
-				return fs.SkipDir
+			if matchesAny(rel, patterns) {
+				s["cgroup "+p] = "present"
 			}
-			for _, name := range strings.Split(rel, "/") {
-				if matchesAny(name, names) {
-					s["cgroup "+p] = "present"
-					break
-				}
+			if strings.Contains(rel, "/") {
+				return fs.SkipDir
 			}
 			return nil
 		})

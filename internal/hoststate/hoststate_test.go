@@ -58,7 +58,7 @@ func TestMounts(t *testing.T) {
 // suite's and must not fail it; a node's cgroup left behind must.
 func TestCgroupsOutsideTheScopeAreNotRecorded(t *testing.T) {
 	root := t.TempDir()
-	names := NodeScope().Cgroups
+	patterns := NodeScope().Cgroups
 	mk := func(p string) {
 		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
 			t.Fatal(err)
@@ -66,26 +66,29 @@ func TestCgroupsOutsideTheScopeAreNotRecorded(t *testing.T) {
 	}
 	mk("process_api/1")
 	mk("system.slice/kubepods.slice")
+	mk("kubepods/burstable") // another kubelet's, on a machine that is a node
 	before := State{}
-	before.addCgroups([]string{root}, names)
+	before.addCgroups([]string{root}, patterns)
 
-	// Another process removes its cgroup and makes another.
+	// Other processes remove their cgroups and make others, that kubelet
+	// its pods' among them.
 	if err := os.RemoveAll(filepath.Join(root, "process_api")); err != nil {
 		t.Fatal(err)
 	}
 	mk("user.slice/session-9.scope")
+	mk("kubepods/pod1234")
 	foreign := State{}
-	foreign.addCgroups([]string{root}, names)
+	foreign.addCgroups([]string{root}, patterns)
 	if d := Diff(before, foreign); len(d) > 0 {
 		t.Errorf("other processes' cgroups changed the record: %q", d)
 	}
 
-	// A node's cgroups left behind, at its root, under a kubelet's default
-	// name, or below another process's cgroup.
-	for _, leak := range []string{"critlet/kubepods", "kubepods", "user.slice/critlet-machine-n1"} {
+	// A node's cgroups left behind: its root, below it, a kubelet's or
+	// upstream's node suite's defaults, a cluster machine's.
+	for _, leak := range []string{"critlet", "critlet/kubepods", "kubepods.slice", "kubelet.slice", "system", "critlet-machine-n1"} {
 		mk(leak)
 		after := State{}
-		after.addCgroups([]string{root}, names)
+		after.addCgroups([]string{root}, patterns)
 		if d := Diff(foreign, after); len(d) == 0 {
 			t.Errorf("a leaked %s went unnoticed", leak)
 		}
@@ -95,9 +98,10 @@ func TestCgroupsOutsideTheScopeAreNotRecorded(t *testing.T) {
 	}
 }
 
-// The same on the host's own cgroup hierarchies: a cgroup made and removed
-// beside a run by another process leaves the record as it was; a node's
-// cgroup left behind changes it.
+// The same on the host's own cgroup hierarchies (with a scope of the
+// test's own, so that a node suite's record never sees its cgroups): a
+// cgroup made and removed beside a run by another process leaves the
+// record as it was; one in scope left behind changes it.
 func TestCaptureOnTheHostsCgroups(t *testing.T) {
 	mounts, err := readMounts("/proc/self/mountinfo")
 	if err != nil {
@@ -111,19 +115,20 @@ func TestCaptureOnTheHostsCgroups(t *testing.T) {
 		}
 	}
 	foreign := filepath.Join(hierarchy, fmt.Sprintf("hoststate-test-foreign-%d", os.Getpid()))
-	leak := filepath.Join(hierarchy, fmt.Sprintf("critlet-hoststate-test-%d", os.Getpid()))
+	leak := filepath.Join(hierarchy, fmt.Sprintf("hoststate-test-leak-%d", os.Getpid()))
 	if hierarchy == "" || os.Mkdir(foreign, 0o755) != nil {
 		testenv.Need(t, "a writable cgroup hierarchy", fmt.Errorf("cannot make a cgroup under %q", hierarchy))
 	}
 	t.Cleanup(func() { _ = os.Remove(foreign); _ = os.Remove(leak) })
-	before, err := Capture(NodeScope())
+	scope := Scope{Cgroups: []string{"hoststate-test-leak-*"}}
+	before, err := Capture(scope)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(foreign); err != nil {
 		t.Fatal(err)
 	}
-	after, err := Capture(NodeScope())
+	after, err := Capture(scope)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +138,58 @@ func TestCaptureOnTheHostsCgroups(t *testing.T) {
 	if err := os.Mkdir(leak, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	leaked, err := Capture(NodeScope())
+	leaked, err := Capture(scope)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("cgroup %s: new (\"present\")", leak)
 	if d := Diff(after, leaked); !reflect.DeepEqual(d, []string{want}) {
-		t.Errorf("a node's cgroup left behind: diff %q, want %q", d, want)
+		t.Errorf("a cgroup in scope left behind: diff %q, want %q", d, want)
+	}
+}
+
+// Devices: the node's bridge and its ports are recorded, another
+// runtime's bridges and veths are not.
+func TestLinksInScope(t *testing.T) {
+	links := `1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN mode DEFAULT group default qlen 1000
+4: critlet0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP mode DEFAULT group default qlen 1000
+5: veth6f2a@if3: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue master critlet0 state UP mode DEFAULT group default
+6: docker0: <BROADCAST,MULTICAST,UP> mtu 1500 qdisc noqueue state DOWN mode DEFAULT group default
+7: veth99@if2: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue master docker0 state UP mode DEFAULT group default
+8: cni0: <BROADCAST,MULTICAST,UP> mtu 1500 qdisc noqueue state DOWN mode DEFAULT group default`
+	s := State{}
+	s.addLinks(links, NodeScope())
+	want := State{"link critlet0": "present", "link veth6f2a": "present"}
+	if !reflect.DeepEqual(s, want) {
+		t.Errorf("links = %v, want %v", s, want)
+	}
+}
+
+// Mounts: wherever the node's namespace mounts and under its state
+// directories, not elsewhere.
+func TestMountsInScope(t *testing.T) {
+	state := t.TempDir()
+	scope := NodeScope(state)
+	for p, want := range map[string]bool{
+		"/run/netns/cni-1":                  true,
+		"/var/lib/kubelet/pods/x/volumes/y": true,
+		"/proc/sys/vm/overcommit_memory":    true,
+		"/var/log":                          true,
+		"/usr/sbin/iptables":                true,
+		"/run/systemd":                      true,
+		state + "/mounts/rootfs":            true,
+		"/sys/fs/cgroup/memory":             true,
+		"/run/user/1000":                    false,
+		"/run/netnsx":                       false,
+		"/home/someone/mnt":                 false,
+		filepath.Dir(state):                 false,
+	} {
+		if got := underAny(p, scope.Mounts); got != want {
+			t.Errorf("mount %s recorded: %v, want %v", p, got, want)
+		}
+	}
+	if !underAny("/anything", []string{"/"}) {
+		t.Error("/ does not cover every mount")
 	}
 }
 

@@ -120,16 +120,33 @@ func (s State) AddProcesses(cgroupMark string, pathMarks ...string) error {
 	return nil
 }
 
-// NodeScope is what a suite's nodes and machines could make on the host:
-// cgroups named as the local node's root, a machine's, or what a kubelet or
-// containerd left to their defaults would make; the node's bridge and the
-// veths and bridges CNI plugins make; mounts under NodePaths, the cgroup
-// file systems, systemd-nspawn's run directory and stateDirs.
+// NodeScope is what a suite's nodes could make on the host, and nothing
+// other processes on a machine make and remove meanwhile:
+//   - cgroups at the top of a hierarchy named as the local node's root
+//     (and the two levels below it), a cluster machine's, or what a
+//     kubelet, a container runtime or upstream's node suite left to their
+//     defaults would make; below those only the node's own (another
+//     kubelet on the machine makes and removes pods there);
+//   - the node's bridges and their ports (veths of the node's pods);
+//   - mounts wherever the node's namespace mounts (the node paths, /proc/sys,
+//     /var/log, covered programs, private directories under /run), the
+//     cgroup file systems, systemd-nspawn's run directory and stateDirs
+//     (as mountinfo names them, links resolved).
 func NodeScope(stateDirs ...string) Scope {
+	mounts := []string{"/sys/fs/cgroup", "/proc/sys", "/var/log", "/run/systemd", "/run/dbus", "/usr", "/bin", "/sbin"}
+	mounts = append(mounts, NodePaths...)
+	for _, d := range stateDirs {
+		mounts = append(mounts, d)
+		if real, err := filepath.EvalSymlinks(d); err == nil && real != d {
+			mounts = append(mounts, real)
+		}
+	}
 	return Scope{
-		Cgroups: []string{"critlet*", "kubepods*", "k8s.io"},
-		Links:   []string{"critlet*", "veth*", "cni*"},
-		Mounts:  append(append([]string{"/sys/fs/cgroup", "/run/systemd/nspawn"}, NodePaths...), stateDirs...),
+		Cgroups: []string{"critlet", "critlet/*", "critlet-*", "kubepods*", "k8s.io",
+			"kubelet", "kubelet.slice", "runtime.slice", "system", "docker-daemon", "kube-reserved*", "system-reserved*"},
+		Links:   []string{"critlet*"},
+		Bridges: []string{"critlet*"},
+		Mounts:  mounts,
 	}
 }
 

@@ -392,18 +392,20 @@ func TestContainerLostMidPreemption(t *testing.T) {
 }
 
 // Upstream's kubelet garbage-collects an evicted pod's exited containers
-// (a pass when it starts, then every minute), also while the pod's kill is
-// still stopping the rest of it; the kill's final status then misses such a
-// container and reports it as one the kubelet cannot find (removedNote). A
-// victim whose container c exits 0 on SIGTERM while its sibling ignores
-// SIGTERM for a grace period spanning the kubelet's second pass makes this
+// (a pass when it starts, then one about every minute), also while the
+// pod's kill is still stopping the rest of it; the kill's final status then
+// misses such a container and reports it as one the kubelet cannot find
+// (removedNote). A victim whose container c exits 0 on SIGTERM while its
+// sibling ignores SIGTERM for a grace period spanning a pass makes this
 // happen on every kubelet, stock included: the ending a busy machine can
 // give any victim that exits on SIGTERM, when its sandbox stop outlasts the
 // moment of a pass.
 func TestExitedContainerRemovedDuringKill(t *testing.T) {
-	// The kubelet's second container garbage collection comes about 60 s
-	// after it starts, the victim's kill a few seconds after that start.
-	const grace = 65
+	// Each run starts a kubelet, whose second pass comes about 60 s later
+	// and its third about 120 s later. The kill begins a few seconds after
+	// the start and must span the second pass, with a margin either side;
+	// it must end well before the third, which would remove the sibling too.
+	const grace = 75
 	runScenario(t, "25 a victim's exited container removed by the kubelet during its kill", scenarioOptions{}, func(e *env) {
 		s := burstable("two-containers", "100m", "100Mi")
 		s.stubbornSibling = true
@@ -412,26 +414,28 @@ func TestExitedContainerRemovedDuringKill(t *testing.T) {
 		// Running is reported a moment before pause handles SIGTERM.
 		e.settle(2 * time.Second)
 		crit := e.createCritical(critical("critical", e.allocatable()))
-		e.waitPhase(crit, 2*time.Minute, v1.PodRunning)
+		e.waitPhase(crit, 3*time.Minute, v1.PodRunning)
 		e.expectPreempted(victim, killed)
 		cur, err := e.get(victim)
 		if err != nil {
 			e.t.Fatalf("getting %s: %v", victim.Name, err)
 		}
-		_ = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			if victimEnded(cur.Status, exitsOnTerm) {
-				return true, nil
+		// Every container's end, not the phase alone.
+		cur = e.waitEnded(cur, exitsOnTerm)
+		var killBegun time.Time
+		for _, c := range cur.Status.Conditions {
+			if c.Type == v1.DisruptionTarget {
+				killBegun = c.LastTransitionTime.Time
 			}
-			if next, err := e.get(victim); err == nil {
-				cur = next
-			}
-			return false, nil
-		})
+		}
 		for _, c := range cur.Status.ContainerStatuses {
 			switch t := c.State.Terminated; {
 			case c.Name == stubbornName && (t == nil || t.ExitCode != 137 || t.Reason != "Error"):
 				e.t.Errorf("container %s ended %s, want killed after the grace period (137, Error)", c.Name, describeState(c.State))
-			case c.Name != stubbornName && !removedByKubelet(c):
+			case c.Name == stubbornName && t.FinishedAt.Sub(killBegun) < (grace-1)*time.Second:
+				// Both times are in whole seconds.
+				e.t.Errorf("container %s killed %s after the kill began, before its grace period of %d s", c.Name, t.FinishedAt.Sub(killBegun), grace)
+			case c.Name != stubbornName && !removedByKubelet(c, true):
 				e.t.Errorf("container %s ended %s (last state %s, restarts %d), want upstream's ending for a container removed during the kill: %s",
 					c.Name, describeState(c.State), describeState(c.LastTerminationState), c.RestartCount, removedNote)
 			}

@@ -425,18 +425,8 @@ func (e *env) expectPreempted(p *v1.Pod, exit victimExit) {
 // condition, as expectPreempted does, leaving its events to the caller.
 func (e *env) expectTerminatedByPreemption(p *v1.Pod, exit victimExit) *v1.Pod {
 	e.t.Helper()
-	cur := e.waitPhase(p, 2*time.Minute, v1.PodSucceeded, v1.PodFailed)
-	// The containers' ends can reach the API a status write after the phase.
-	_ = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if victimEnded(cur.Status, exit) {
-			return true, nil
-		}
-		if next, err := e.get(p); err == nil {
-			cur = next
-		}
-		return false, nil
-	})
-	switch note, err := checkVictimEnd(cur.Status, exit); {
+	cur := e.waitEnded(e.waitPhase(p, 2*time.Minute, v1.PodSucceeded, v1.PodFailed), exit)
+	switch note, err := checkVictimEnd(cur.Status, exit, !e.recovering()); {
 	case err != nil:
 		e.t.Errorf("victim %s: %v", p.Name, err)
 	case note != "":
@@ -455,6 +445,24 @@ func (e *env) expectTerminatedByPreemption(p *v1.Pod, exit victimExit) *v1.Pod {
 	case cond.Status != v1.ConditionTrue || cond.Reason != v1.PodReasonTerminationByKubelet:
 		e.t.Errorf("preempted pod %s: %s condition is %s/%s, want True/%s", p.Name, v1.DisruptionTarget, cond.Status, cond.Reason, v1.PodReasonTerminationByKubelet)
 	}
+	return cur
+}
+
+// waitEnded waits up to 30 s until terminal pod p's status is final enough
+// to judge (victimEnded), and returns the last status read: the
+// containers' ends can reach the API a status write after the phase.
+func (e *env) waitEnded(p *v1.Pod, exit victimExit) *v1.Pod {
+	e.t.Helper()
+	cur := p
+	_ = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if victimEnded(cur.Status, exit) {
+			return true, nil
+		}
+		if next, err := e.get(p); err == nil {
+			cur = next
+		}
+		return false, nil
+	})
 	return cur
 }
 

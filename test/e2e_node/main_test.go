@@ -116,7 +116,7 @@ func runMain(m *testing.M) (code int) {
 			code = 1
 			return
 		}
-		fmt.Println("after the suite the host's sysctls, mounts, cgroups, network devices, rules, node paths and processes were as before")
+		fmt.Println("after the suite the host's sysctls, rules, node paths, processes, and the mounts, cgroups and network devices a node could make were as before")
 	}()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the suite's node: %v\n", err)

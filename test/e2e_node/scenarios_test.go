@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -662,6 +663,9 @@ func (e *env) runDevicePlugin(resource string, ids ...string) (allocated func() 
 	for _, id := range ids {
 		devs = append(devs, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
 	}
+	// The kubelet's socket, as the host sees its device-plugin directory.
+	kubeletSock := filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket))
+	e.waitKubeletRegistration(kubeletSock)
 	logger := klog.Background()
 	stub := devicepluginstub.NewDevicePluginStub(logger, devs, filepath.Join(dir, "critlet-e2e.sock"), resource, false, false)
 	var mu sync.Mutex
@@ -687,8 +691,7 @@ func (e *env) runDevicePlugin(resource string, ids ...string) (allocated func() 
 			}
 		})
 	}
-	// The kubelet's socket, as the host sees its device-plugin directory.
-	if err := stub.Register(e.ctx, filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket)), resource, dir); err != nil {
+	if err := stub.Register(e.ctx, kubeletSock, resource, dir); err != nil {
 		stop()
 		e.t.Fatalf("registering the device plugin: %v", err)
 	}
@@ -697,6 +700,26 @@ func (e *env) runDevicePlugin(resource string, ids ...string) (allocated func() 
 		defer mu.Unlock()
 		return slices.Clone(got)
 	}, stop
+}
+
+// waitKubeletRegistration waits until a kubelet accepts connections on its
+// device-plugin registration socket, as a plugin watching that socket
+// registers: a starting kubelet's device manager first empties the
+// directory, and a plugin socket made before that is removed under the
+// plugin (the kubelet then cannot dial it back). Once the socket accepts a
+// connection the emptying is over.
+func (e *env) waitKubeletRegistration(sock string) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		c, err := net.DialTimeout("unix", sock, time.Second)
+		if err != nil {
+			return false, nil
+		}
+		return true, c.Close()
+	})
+	if err != nil {
+		e.t.Fatalf("the kubelet's device-plugin registration socket %s: %v", sock, err)
+	}
 }
 
 func (e *env) ensureRuntimeClass(handler string) {

@@ -55,11 +55,18 @@ const (
 
 // removedByKubelet reports whether c ended as upstream ends a container
 // that was running when the pod's kill began and was gone from the
-// runtime when the kill read the final status: both its state and its
-// last state say so, in upstream's words.
-func removedByKubelet(c v1.ContainerStatus) bool {
+// runtime when the kill read the final status: its state and last state
+// say so in upstream's words, and its restart count has the one restart
+// upstream infers for a running container gone missing (none when
+// restartsCounted is false: critlet's outage recovery withholds it for a
+// pod being terminated).
+func removedByKubelet(c v1.ContainerStatus, restartsCounted bool) bool {
 	t, last := c.State.Terminated, c.LastTerminationState.Terminated
-	return t != nil && last != nil &&
+	restarts := int32(0)
+	if restartsCounted {
+		restarts = 1
+	}
+	return t != nil && last != nil && c.RestartCount == restarts &&
 		t.ExitCode == 137 && t.Reason == reasonStatusUnknown && t.Message == messageNotLocated &&
 		last.ExitCode == 137 && last.Reason == reasonStatusUnknown && last.Message == messageRemoved
 }
@@ -86,16 +93,19 @@ func victimEnded(status v1.PodStatus, exit victimExit) bool {
 // stock kubelet gives it. A victim exiting 0 on SIGTERM must have had its
 // grace period (every container exited 0) and ends Succeeded, or
 // Failed/Preempting when the stock kubelet's status-write race (raceNote)
-// hits; note says which. A victim killed after its grace period ends
-// Failed/Preempting.
-func checkVictimEnd(status v1.PodStatus, exit victimExit) (note string, err error) {
+// hits or its container garbage collection removed an exited container
+// during the kill (removedNote); note says which. A victim killed after
+// its grace period ends Failed/Preempting. restartsCounted is false for a
+// kubelet that counts no restart for a container lost while its pod is
+// terminated.
+func checkVictimEnd(status v1.PodStatus, exit victimExit, restartsCounted bool) (note string, err error) {
 	switch exit {
 	case exitsOnTerm:
 		removed := false
 		for _, c := range status.ContainerStatuses {
 			switch t := c.State.Terminated; {
 			case t != nil && t.ExitCode == 0:
-			case removedByKubelet(c):
+			case removedByKubelet(c, restartsCounted):
 				removed = true
 			default:
 				return "", fmt.Errorf("container %s ended %s, want exit 0 after SIGTERM within its grace period", c.Name, describeState(c.State))
@@ -143,6 +153,9 @@ func TestCheckVictimEnd(t *testing.T) {
 		}
 	}
 	removed := unknown(messageNotLocated, messageRemoved)
+	removed.RestartCount = 1
+	notCounted := removed
+	notCounted.RestartCount = 0
 	lostOnly := removed
 	lostOnly.LastTerminationState = v1.ContainerState{}
 	sigkilled := exited(137)
@@ -173,6 +186,7 @@ func TestCheckVictimEnd(t *testing.T) {
 		{"not located, never seen gone", status(v1.PodFailed, reasonPreempting, lostOnly), exitsOnTerm, true, "", true},
 		{"not located, in other words", status(v1.PodFailed, reasonPreempting, unknown(messageNotLocated, "gone")), exitsOnTerm, true, "", true},
 		{"killed by SIGKILL though it exits on SIGTERM", status(v1.PodFailed, reasonPreempting, sigkilled), exitsOnTerm, true, "", true},
+		{"removed, no restart inferred", status(v1.PodFailed, reasonPreempting, notCounted), exitsOnTerm, true, "", true},
 		{"killed victim", status(v1.PodFailed, reasonPreempting, exited(137)), killed, true, "", false},
 		{"killed victim Succeeded", status(v1.PodSucceeded, "", exited(0)), killed, true, "", true},
 		{"killed victim, phase only", status(v1.PodFailed, reasonPreempting, running), killed, true, "", false},
@@ -181,12 +195,20 @@ func TestCheckVictimEnd(t *testing.T) {
 		if got := victimEnded(c.status, c.exit); got != c.ended {
 			t.Errorf("%s: victimEnded = %v, want %v", c.name, got, c.ended)
 		}
-		note, err := checkVictimEnd(c.status, c.exit)
+		note, err := checkVictimEnd(c.status, c.exit, true)
 		if (err != nil) != c.wantErr || note != c.wantNote {
 			t.Errorf("%s: checkVictimEnd = %q, %v; want note %q, error %v", c.name, note, err, c.wantNote, c.wantErr)
 		}
 	}
-	if _, err := checkVictimEnd(status(v1.PodFailed, reasonPreempting, exited(137)), victimExit(7)); err == nil {
+	// A kubelet that counts no restart for a container lost while its pod
+	// is terminated (critlet's outage recovery).
+	if note, err := checkVictimEnd(status(v1.PodFailed, reasonPreempting, notCounted), exitsOnTerm, false); note != removedNote || err != nil {
+		t.Errorf("removed, restart withheld by the kubelet: checkVictimEnd = %q, %v; want note %q", note, err, removedNote)
+	}
+	if _, err := checkVictimEnd(status(v1.PodFailed, reasonPreempting, removed), exitsOnTerm, false); err == nil {
+		t.Error("removed with a restart counted, by a kubelet that withholds it: accepted")
+	}
+	if _, err := checkVictimEnd(status(v1.PodFailed, reasonPreempting, exited(137)), victimExit(7), true); err == nil {
 		t.Error("an unknown victim exit was accepted")
 	}
 }

@@ -116,7 +116,7 @@ func (r *runner) runAll(ctx context.Context, kubelets []kubelet, runs int) (map[
 	if diff := hoststate.Diff(before, after); len(diff) > 0 {
 		return nil, nil, nil, fmt.Errorf("the host changed during the run:\n  %s", strings.Join(diff, "\n  "))
 	}
-	notes = append(notes, fmt.Sprintf("%d run(s) per kubelet in %s; the host's sysctls, mounts, cgroups, network devices, iptables rules, the files under the paths a node touches and the entries of / were the same before and after.", runs, time.Since(start).Round(time.Second)))
+	notes = append(notes, fmt.Sprintf("%d run(s) per kubelet in %s; the host's sysctls, iptables rules, the mounts, cgroups and network devices a node could make (hoststate.NodeScope), the files under the paths a node touches and the entries of / were the same before and after.", runs, time.Since(start).Round(time.Second)))
 	return res, rc, notes, nil
 }
 
