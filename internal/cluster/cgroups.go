@@ -102,10 +102,40 @@ func machineCgroups(hs []hierarchy, name string) []string {
 	return out
 }
 
-// makeCgroup makes cg; cpuset's need their parent's CPUs and memory nodes
-// before a process may join.
+// makeCgroups makes machine m's cgroups for a boot: those made at an
+// earlier boot are kept; any other is recorded before it is made. One that
+// exists already is not this cluster's (the names are fixed: another
+// cluster's, say): it is refused and taken off the record, so that Down
+// leaves it.
+func (c *Cluster) makeCgroups(m *Machine) error {
+	for _, cg := range m.Cgroups {
+		if slices.Contains(m.CgroupsMade, cg) {
+			if fi, err := os.Lstat(cg); err == nil && fi.IsDir() {
+				continue
+			}
+		} else {
+			m.CgroupsMade = append(m.CgroupsMade, cg)
+			if err := c.save(); err != nil {
+				return err
+			}
+		}
+		if err := makeCgroup(cg); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				m.CgroupsMade = slices.DeleteFunc(m.CgroupsMade, func(s string) bool { return s == cg })
+				return errors.Join(err, c.save())
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// makeCgroup makes cg, which must not exist; cpuset's need their parent's
+// CPUs and memory nodes before a process may join.
 func makeCgroup(cg string) error {
-	if err := os.Mkdir(cg, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(cg, 0o755); errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("cgroup %s exists and this cluster did not make it (another cluster's?): %w", cg, err)
+	} else if err != nil {
 		return fmt.Errorf("making cgroup %s: %w", cg, err)
 	}
 	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {

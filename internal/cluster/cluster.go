@@ -13,16 +13,20 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/critlet/critlet/internal/atomicfile"
+	"github.com/critlet/critlet/internal/localnode/isolation"
+	"github.com/critlet/critlet/internal/localnode/stateguard"
 )
 
 // Cluster is the machines recorded in a state directory.
 type Cluster struct {
-	dir  string
-	rec  Record
-	pkgs Packages // what Up installed from
+	dir     string // absolute and resolved, checked (openStateDir)
+	rec     Record
+	pkgs    Packages // what Up installed from
+	claimed bool     // by this process (claim)
 }
 
 // LastPackages are the packages Up built or found.
@@ -34,18 +38,18 @@ const recordFile = "record.json"
 // mount propagation directories), parents first.
 var nspawnRunDirs = []string{"/run/systemd", "/run/systemd/nspawn", "/run/systemd/nspawn/locks", "/run/systemd/nspawn/propagate"}
 
-// Open reads the cluster recorded in dir, or an empty one.
+// Open reads the cluster recorded in dir, or an empty one. It refuses a
+// directory anyone but root could change, a non-empty one no cluster (or
+// local node) marked, and a record with an entry this package does not
+// write; then nothing is touched.
 func Open(dir string) (*Cluster, error) {
-	c := &Cluster{dir: dir}
-	b, err := os.ReadFile(filepath.Join(dir, recordFile))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return c, nil
-	case err != nil:
+	real, err := openStateDir(dir)
+	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(b, &c.rec); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, recordFile), err)
+	c := &Cluster{dir: real}
+	if c.rec, err = readRecord(real); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -80,14 +84,19 @@ func (c *Cluster) machine(name string) (*Machine, error) {
 // and on the hub's bridge, pauseRef their containerd's sandbox image.
 // Each thing is recorded before it is made.
 func (c *Cluster) Create(ctx context.Context, image, pauseRef string, names []string) error {
-	if len(c.rec.Machines) > 0 {
-		return fmt.Errorf("%s already holds machines: remove them first (down)", c.dir)
+	for _, name := range names {
+		if err := checkMachineName(name); err != nil {
+			return err
+		}
+	}
+	if !c.rec.empty() {
+		return fmt.Errorf("%s already records a cluster: remove it first (critlet-cluster down --state %s)", c.dir, c.dir)
+	}
+	if err := c.claim(); err != nil {
+		return err
 	}
 	hs, err := hierarchies()
 	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return err
 	}
 	for _, d := range nspawnRunDirs {
@@ -160,8 +169,29 @@ func (c *Cluster) createMachine(ctx context.Context, m *Machine, image, pauseRef
 // Down stops every machine and removes what the record lists: the
 // machines' processes, cgroups, namespaces (with their holders) and
 // directories, and the directories nspawn made under /run. What it could
-// not remove is in the error, and stays recorded.
+// not remove is in the error, and stays recorded. A record with an entry
+// this package does not write makes it do nothing.
 func (c *Cluster) Down(ctx context.Context) error {
+	if err := checkRecord(c.rec); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(c.dir, recordFile), err)
+	}
+	if !c.marked() {
+		if c.rec.empty() {
+			return nil // never claimed: nothing made
+		}
+		return fmt.Errorf("%s records a cluster but has no %s: nothing done", c.dir, stateguard.MarkerFile)
+	}
+	return hostFiles.WithLock(logger, func() error { return c.down(ctx) })
+}
+
+func (c *Cluster) down(ctx context.Context) error {
+	// Opened once, checked: machines' directories are removed in it,
+	// never through a link.
+	root, err := stateguard.Open(c.dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	var errs []error
 	for _, m := range c.rec.Machines {
 		if m.Boot != nil && m.Boot.Alive() {
@@ -178,7 +208,7 @@ func (c *Cluster) Down(ctx context.Context) error {
 	}
 	var kept []*Machine
 	for _, m := range c.rec.Machines {
-		if err := c.removeMachine(m); err != nil {
+		if err := c.removeMachine(root, m); err != nil {
 			errs = append(errs, fmt.Errorf("machine %s: %w", m.Name, err))
 			kept = append(kept, m)
 		}
@@ -196,8 +226,8 @@ func (c *Cluster) Down(ctx context.Context) error {
 		sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
 		var left []string
 		for _, d := range dirs {
-			// Only when empty: something else may use it by now.
-			if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// Only an empty directory: something else may use it by now.
+			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("directory %s that systemd-nspawn made: %w", d, err))
 				left = append(left, d)
 			}
@@ -207,18 +237,22 @@ func (c *Cluster) Down(ctx context.Context) error {
 	if err := c.save(); err != nil {
 		errs = append(errs, err)
 	}
+	if len(errs) == 0 {
+		// Claim's manifest goes; the marker stays, as a local node's does.
+		errs = append(errs, root.RemoveAll(stateguard.ManifestFile), c.releaseClaim())
+	}
 	return errors.Join(errs...)
 }
 
-// removeMachine removes a stopped machine's processes, cgroups, namespace
-// and files.
-func (c *Cluster) removeMachine(m *Machine) error {
+// removeMachine removes a stopped machine's processes, the cgroups it
+// made, its namespace and files (through root, the state directory).
+func (c *Cluster) removeMachine(root *stateguard.Dir, m *Machine) error {
 	if m.Boot != nil && m.Boot.Alive() {
 		if err := c.halt(m); err != nil {
 			return err
 		}
 	}
-	for _, cg := range m.Cgroups {
+	for _, cg := range m.CgroupsMade {
 		if pids := cgroupProcs(cg); len(pids) > 0 {
 			return fmt.Errorf("processes %s are still in cgroup %s", strings.Join(pids, " "), cg)
 		}
@@ -232,19 +266,29 @@ func (c *Cluster) removeMachine(m *Machine) error {
 	if err := checkNoMounts(c.machineDir(m.Name)); err != nil {
 		return err
 	}
-	return os.RemoveAll(c.machineDir(m.Name))
+	return root.RemoveAll(filepath.Join("machines", m.Name))
 }
 
+// hostMountInfo is where the host's mounts are read; tests use their own.
+var hostMountInfo = "/proc/self/mountinfo"
+
 // checkNoMounts fails if something is mounted at or below dir on the host.
+// mountinfo names mount points absolute, resolved and escaped (\040 for a
+// space): dir is made alike, the entries unescaped (isolation.MountsAt).
 func checkNoMounts(dir string) error {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			return fmt.Errorf("%s is mounted on the host: not removing %s", f[4], dir)
-		}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	mounts, err := isolation.MountsAt(hostMountInfo, abs)
+	if err != nil {
+		return err
+	}
+	if len(mounts) > 0 {
+		return fmt.Errorf("%s is mounted on the host: not removing %s", strings.Join(mounts, ", "), dir)
 	}
 	return nil
 }

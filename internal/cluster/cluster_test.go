@@ -162,6 +162,7 @@ func TestProcessWithReusedPIDIsNotKilled(t *testing.T) {
 }
 
 func TestOpenAndDownOfAnEmptyCluster(t *testing.T) {
+	testHost(t)
 	dir := t.TempDir()
 	c, err := Open(dir)
 	if err != nil {
@@ -170,9 +171,15 @@ func TestOpenAndDownOfAnEmptyCluster(t *testing.T) {
 	if err := c.Down(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("Down of a cluster never made wrote %v", entries)
+	}
 	c2, err := Open(dir)
 	if err != nil || len(c2.Machines()) != 0 {
 		t.Fatalf("reopened: %v %v", c2.Machines(), err)
+	}
+	if err := c2.claim(); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, recordFile), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
@@ -188,5 +195,34 @@ func TestCheckNoMounts(t *testing.T) {
 	}
 	if err := checkNoMounts(t.TempDir()); err != nil {
 		t.Error(err)
+	}
+}
+
+// mountinfo names mount points absolute and escaped; the Makefile gives
+// the state directory relative (_output/cluster).
+func TestCheckNoMountsRelativeAndEscaped(t *testing.T) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := filepath.Join(t.TempDir(), "mountinfo")
+	mount := func(p string) string { return "36 25 0:40 / " + p + " rw,relatime - tmpfs tmpfs rw\n" }
+	if err := os.WriteFile(info, []byte(mount("/proc")+
+		mount(filepath.Join(cwd, "_output/cluster/machines/n1/root/mnt"))+
+		mount(`/srv/my\040state/machines/n2`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := hostMountInfo
+	hostMountInfo = info
+	t.Cleanup(func() { hostMountInfo = old })
+	for _, dir := range []string{"_output/cluster/machines/n1", "./_output/cluster/machines/../machines/n1/", "/srv/my state/machines/n2"} {
+		if err := checkNoMounts(dir); err == nil {
+			t.Errorf("checkNoMounts(%q) found no mount below it", dir)
+		}
+	}
+	for _, dir := range []string{"_output/cluster/machines/n2", "/srv/my state/machines/n1", `/srv/my\040state/machines/n2`} {
+		if err := checkNoMounts(dir); err != nil {
+			t.Errorf("checkNoMounts(%q): %v", dir, err)
+		}
 	}
 }

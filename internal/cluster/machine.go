@@ -51,10 +51,8 @@ func (c *Cluster) Boot(ctx context.Context, name string) error {
 	if m.Boot != nil && m.Boot.Alive() {
 		return fmt.Errorf("machine %s is running", name)
 	}
-	for _, cg := range m.Cgroups {
-		if err := makeCgroup(cg); err != nil {
-			return err
-		}
+	if err := c.makeCgroups(m); err != nil {
+		return err
 	}
 	p, err := startDetached(name, c.launcherCmd(m), c.ConsoleLog(name))
 	if err != nil {

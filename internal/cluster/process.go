@@ -13,7 +13,8 @@ import (
 // waited for by this process (it outlives it), and returns it as a Ref
 // (PID and start time: a reused PID is never taken for it).
 func startDetached(name string, cmd *exec.Cmd, logPath string) (process.Ref, error) {
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// Never through a link: root would append where it points.
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return process.Ref{}, err
 	}

@@ -39,8 +39,12 @@ type Machine struct {
 	NIC process.Ref `json:"nic"`
 	// Boot is the running systemd-nspawn, absent when powered off.
 	Boot *process.Ref `json:"boot,omitempty"`
-	// Cgroups are the machine's own, one per hierarchy, made by this package.
+	// Cgroups are the machine's own, one per hierarchy, which it boots in.
 	Cgroups []string `json:"cgroups"`
+	// CgroupsMade are those of Cgroups this package made: each recorded
+	// before it is made, and taken off again if it turns out to exist.
+	// Down removes these, never one it found.
+	CgroupsMade []string `json:"cgroups_made,omitempty"`
 	// Boots counts the machine's boots.
 	Boots int `json:"boots"`
 }

@@ -66,6 +66,18 @@ func Version(binDir string) (string, error) {
 // on the others, each joined node Ready. progress is told each step.
 func (c *Cluster) Up(ctx context.Context, in Inputs, nodes []Node, progress func(string)) (Timings, error) {
 	t := Timings{JoinToReady: map[string]time.Duration{}}
+	var names []string
+	for _, n := range nodes {
+		if err := checkMachineName(n.Name); err != nil {
+			return t, err
+		}
+		names = append(names, n.Name)
+	}
+	// The state directory and the machine cgroups claimed before anything
+	// is made, the stand-in packages included.
+	if err := c.claim(); err != nil {
+		return t, err
+	}
 	version, err := Version(in.BinDir)
 	if err != nil {
 		return t, err
@@ -103,10 +115,6 @@ func (c *Cluster) Up(ctx context.Context, in Inputs, nodes []Node, progress func
 		return t, err
 	}
 
-	var names []string
-	for _, n := range nodes {
-		names = append(names, n.Name)
-	}
 	start = time.Now()
 	if err := c.Create(ctx, image, kubeadmimages.PauseRef, names); err != nil {
 		return t, err
