@@ -25,7 +25,7 @@ func TestDownRefusesForgedRecords(t *testing.T) {
 	for _, mode := range []os.FileMode{0o755, 0o777} {
 		dir := filepath.Join(base, fmt.Sprintf("state-%o", mode))
 		sgt.Mkdir(t, dir, mode, 0)
-		for name, data := range map[string]string{stateguard.MarkerFile: "", "record.json": record} {
+		for name, data := range map[string]string{stateguard.MarkerFile: "", stateguard.ClusterMarkerFile: "", "record.json": record} {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -39,5 +39,33 @@ func TestDownRefusesForgedRecords(t *testing.T) {
 				t.Fatalf("down --state %s (mode %o) removed %s", dir, mode, p)
 			}
 		}
+	}
+}
+
+// The cluster and the local node claim their directories by the same
+// rules, and each refuses the other's: a cluster's down on a local node's
+// directory would otherwise read no record, write one and remove the
+// node's manifest, and the node's own down would then leave what it made.
+func TestDownRefusesALocalNodesDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "node")
+	if err := stateguard.Claim(dir); err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := os.ReadFile(filepath.Join(dir, stateguard.ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"down", "status"} {
+		err := run([]string{cmd, "--state", dir})
+		if err == nil || !strings.Contains(err.Error(), "is a local node's") {
+			t.Errorf("%s --state on a local node's directory: %v, want a refusal", cmd, err)
+		}
+	}
+	after, err := os.ReadFile(filepath.Join(dir, stateguard.ManifestFile))
+	if err != nil || string(after) != string(manifest) {
+		t.Errorf("the local node's manifest changed: %q (%v), was %q", after, err, manifest)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "record.json")); err == nil {
+		t.Error("a cluster record was written into a local node's directory")
 	}
 }

@@ -179,7 +179,7 @@ func (c *Cluster) Down(ctx context.Context) error {
 		if c.rec.empty() {
 			return nil // never claimed: nothing made
 		}
-		return fmt.Errorf("%s records a cluster but has no %s: nothing done", c.dir, stateguard.MarkerFile)
+		return fmt.Errorf("%s records a cluster but has no %s: nothing done", c.dir, stateguard.ClusterMarkerFile)
 	}
 	return hostFiles.WithLock(logger, func() error { return c.down(ctx) })
 }

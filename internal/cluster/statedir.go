@@ -44,6 +44,10 @@ func openStateDir(dir string) (string, error) {
 	if err := stateguard.Check(abs); err != nil {
 		return "", err
 	}
+	// A local node's directory carries the shared marker alone.
+	if _, err := os.Lstat(filepath.Join(abs, stateguard.MarkerFile)); err == nil && !stateguard.IsCluster(abs) {
+		return "", fmt.Errorf("state directory %s is a local node's (it has %s and no %s), not a cluster's: local-node down --state %s removes that node", abs, stateguard.MarkerFile, stateguard.ClusterMarkerFile, abs)
+	}
 	real, err := stateguard.Trust(abs)
 	if err != nil {
 		return "", fmt.Errorf("%w (critlet-cluster's: --state DIR, or CLUSTER_STATE=DIR with make)", err)
@@ -94,13 +98,10 @@ func checkRecord(r Record) error {
 	return validateRecord(r, mounts)
 }
 
-// marked reports whether the state directory carries the marker: a
-// directory without it holds nothing of a cluster's (Open refused it
-// otherwise).
-func (c *Cluster) marked() bool {
-	_, err := os.Lstat(filepath.Join(c.dir, stateguard.MarkerFile))
-	return err == nil
-}
+// marked reports whether the state directory carries the cluster's
+// marker: a directory without it holds nothing of a cluster's (Open
+// refused it otherwise).
+func (c *Cluster) marked() bool { return stateguard.IsCluster(c.dir) }
 
 // claim marks the state directory as a cluster's, recording in it what
 // stateguard records, and the host's machine cgroups as this cluster's:
@@ -123,16 +124,33 @@ func (c *Cluster) claim() error {
 		if err := stateguard.Claim(c.dir); err != nil {
 			return err
 		}
+		if err := c.markAsCluster(); err != nil {
+			return err
+		}
 		return hostFiles.Claim(c.dir)
 	})
 	c.claimed = err == nil
 	return err
 }
 
+// markAsCluster writes the cluster's marker beside the shared one, through
+// the checked, opened directory.
+func (c *Cluster) markAsCluster() error {
+	d, err := stateguard.Open(c.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.WriteFile(stateguard.ClusterMarkerFile, []byte("critlet-cluster state directory (critlet-cluster up and down)\n"), 0o644); err != nil {
+		return fmt.Errorf("marking the state directory as a cluster's: %w", err)
+	}
+	return nil
+}
+
 // checkOwner refuses while another cluster owns the machine cgroups.
 func (c *Cluster) checkOwner() error {
 	if owner := hostFiles.Owner(); owner != "" && !stateguard.SameDir(owner, c.dir) {
-		if _, err := os.Lstat(filepath.Join(owner, stateguard.MarkerFile)); err == nil {
+		if stateguard.IsCluster(owner) {
 			return fmt.Errorf("the cluster under %s owns this host's machine cgroups (%s names it), and there is one cluster at a time: remove it first (critlet-cluster down --state %s)", owner, hostFiles.OwnerFile, owner)
 		}
 	}

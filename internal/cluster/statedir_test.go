@@ -218,7 +218,7 @@ func TestStateDirRefused(t *testing.T) {
 	victim := victimProcess(t)
 	for _, dir := range []string{open, nobodys} {
 		record := fmt.Sprintf(`{"hub": {"Name": "hub", "PID": %d, "Started": %d}, "machines": []}`, victim.PID, victim.Started)
-		for name, data := range map[string]string{stateguard.MarkerFile: "", recordFile: record} {
+		for name, data := range map[string]string{stateguard.MarkerFile: "", stateguard.ClusterMarkerFile: "", recordFile: record} {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 				t.Fatal(err)
 			}

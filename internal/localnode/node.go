@@ -117,6 +117,9 @@ func upRuntime(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := stateguard.RefuseCluster(cfg.StateDir); err != nil {
+		return nil, err
+	}
 	if err := stateguard.Check(cfg.StateDir); err != nil {
 		return nil, err
 	}

@@ -249,3 +249,25 @@ func TestNodeWritesThroughNoLink(t *testing.T) {
 		})
 	}
 }
+
+// A cluster's state directory carries the node's marker too (the cluster
+// claims it by the same rules); a node refuses it, touching nothing.
+func TestClusterStateDirIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	markedNode(t, dir)
+	if err := os.WriteFile(filepath.Join(dir, stateguard.ClusterMarkerFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Down(Config{StateDir: dir}); err == nil || !strings.Contains(err.Error(), "is critlet-cluster's") {
+		t.Errorf("Down on a cluster's directory: %v, want a refusal", err)
+	}
+	cfg := Config{StateDir: dir, BinDir: filepath.Join(t.TempDir(), "none"), Kubelet: "/nonexistent"}
+	if _, err := UpRuntime(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "is critlet-cluster's") {
+		t.Errorf("UpRuntime on a cluster's directory: %v, want a refusal", err)
+	}
+	for _, f := range []string{"etcd/data", stateguard.ManifestFile, "run/etcd.pid"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("a refused cluster directory lost %s: %v", f, err)
+		}
+	}
+}

@@ -35,6 +35,9 @@ func down(cfg Config) error {
 	}
 	// Only a directory a node has claimed is touched: a mistyped state
 	// directory must not lose its contents.
+	if err := stateguard.RefuseCluster(cfg.StateDir); err != nil {
+		return err
+	}
 	if err := stateguard.Check(cfg.StateDir); err != nil {
 		return err
 	}

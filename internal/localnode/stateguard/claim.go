@@ -11,6 +11,27 @@ import (
 // the logs.
 const MarkerFile = ".critlet-local-node"
 
+// ClusterMarkerFile marks a state directory as critlet-cluster's. The
+// cluster holds its directory to the same rules and claims it with Claim,
+// so it carries MarkerFile too; this second marker tells the two tools'
+// directories apart, and each refuses the other's (RefuseCluster), lest
+// one take the other's record for its own.
+const ClusterMarkerFile = ".critlet-cluster"
+
+// IsCluster reports whether dir carries ClusterMarkerFile.
+func IsCluster(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, ClusterMarkerFile))
+	return err == nil
+}
+
+// RefuseCluster refuses a cluster's state directory to a local node.
+func RefuseCluster(dir string) error {
+	if IsCluster(dir) {
+		return fmt.Errorf("state directory %s is critlet-cluster's (it has %s), not a local node's: critlet-cluster down --state %s removes that cluster", dir, ClusterMarkerFile, shellQuote(dir))
+	}
+	return nil
+}
+
 // Claim creates what is missing of the state directory dir, each component
 // checked once made (a name another user took first, as a directory or a
 // link, is refused rather than used), marks it as a node's, and records
