@@ -422,11 +422,14 @@ func TestExitedContainerRemovedDuringKill(t *testing.T) {
 		}
 		// Every container's end, not the phase alone.
 		cur = e.waitEnded(cur, exitsOnTerm)
+		// The kill begins with the victim's Preempting event (its
+		// DisruptionTarget condition is stamped at the kill's end).
 		var killBegun time.Time
-		for _, c := range cur.Status.Conditions {
-			if c.Type == v1.DisruptionTarget {
-				killBegun = c.LastTransitionTime.Time
-			}
+		for _, ev := range e.events(victim, reasonPreempting) {
+			killBegun = ev.FirstTimestamp.Time
+		}
+		if killBegun.IsZero() {
+			e.t.Fatalf("%s has no %s event", victim.Name, reasonPreempting)
 		}
 		for _, c := range cur.Status.ContainerStatuses {
 			switch t := c.State.Terminated; {
