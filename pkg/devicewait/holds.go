@@ -138,6 +138,15 @@ func (h *Holds) Next(now time.Time, healthy map[string]int64) (retry, refuse []H
 	return retry, nil
 }
 
+// All returns every held pod, oldest first. O(held).
+func (h *Holds) All() []Held {
+	out := make([]Held, 0, len(h.order))
+	for _, uid := range h.order {
+		out = append(out, h.pods[uid].Held)
+	}
+	return out
+}
+
 // Forget drops pod uid: admitted, refused, deleted or changed. O(held).
 func (h *Holds) Forget(uid types.UID) {
 	if _, ok := h.pods[uid]; !ok {

@@ -208,3 +208,22 @@ func TestPluginAwayErrorsAreTheDeviceManagers(t *testing.T) {
 		}
 	}
 }
+
+// All lists every held pod, whether due or not, oldest first: the kubelet
+// checks each for its deletion on every housekeeping.
+func TestAllListsEveryHeldPodOldestFirst(t *testing.T) {
+	h := newHolds()
+	h.Hold("b", []string{widget}, "r", "m", start)
+	h.Hold("a", []string{gadget}, "r", "m", start.Add(time.Second))
+	h.Hold("b", []string{widget}, "r", "m2", start.Add(2*time.Second))
+	if got := uids(h.All()); !slices.Equal(got, []types.UID{"b", "a"}) {
+		t.Fatalf("All = %v, want [b a]", got)
+	}
+	if got := h.All()[0]; got.Message != "m2" || got.Retries != 1 {
+		t.Errorf("All()[0] = %+v, want b's latest refusal", got)
+	}
+	h.Forget("b")
+	if got := uids(h.All()); !slices.Equal(got, []types.UID{"a"}) {
+		t.Errorf("All after Forget(b) = %v, want [a]", got)
+	}
+}

@@ -151,7 +151,7 @@ var (
 				File: "pkg/kubelet/kubelet.go",
 				Func: "NewMainKubelet",
 				Line: "handlers = append(handlers, lifecycle.NewPredicateAdmitHandler(klet.GetCachedNode, criticalPodAdmissionHandler, klet.containerManager.UpdatePluginResources))",
-				Call: "handlers = cm.CritletPreemptDevices(ctx, handlers, critletAllocateAt, klet.containerManager, klet.GetCachedNode, klet.containerManager.UpdatePluginResources, criticalPodAdmissionHandler, klet.GetActivePods)",
+				Call: "handlers = cm.CritletPreemptDevices(ctx, handlers, critletAllocateAt, kubeCfg, klet.containerManager, klet.GetCachedNode, klet.containerManager.UpdatePluginResources, criticalPodAdmissionHandler, klet.GetActivePods, kubeDeps.Recorder)",
 			},
 		},
 		Proof: []Reach{{
@@ -189,22 +189,21 @@ var (
 				Call: "kl.critletRetryHeldForDevices(ctx)",
 			},
 			{
-				// Housekeeping starts every active pod the pod workers do
-				// not know; a held pod is not active.
+				// Every path that starts or syncs a pod meets here (its
+				// mirror pod added or removed, housekeeping, syncs,
+				// updates): a held pod's update is dropped, a kill taken.
+				File: "pkg/kubelet/pod_workers.go",
+				Func: "(*podWorkers).UpdatePod",
+				Line: `updateLogger := logger.WithValues("pod", klog.KRef(ns, name), "podUID", uid, "updateType", options.UpdateType)`,
+				Call: "if critletPassOverHeld(updateLogger, uid, options.UpdateType) { return }",
+			},
+			{
+				// Housekeeping counts the active pods and restarts those
+				// the pod workers do not know: a held pod is neither.
 				File: "pkg/kubelet/kubelet_pods.go",
 				Func: "(*Kubelet).HandlePodCleanups",
 				Line: "activePods := kl.filterOutInactivePods(allPods)",
 				Call: "activePods = kl.critletNotHeldForDevices(activePods)",
-			},
-			{
-				// Pod syncs reach pods of the pod manager that the pod
-				// workers may not know (the container manager's device
-				// updates name a held pod holding checkpointed devices);
-				// a sync would start a held pod unadmitted.
-				File: "pkg/kubelet/kubelet.go",
-				Func: "(*Kubelet).HandlePodSyncs",
-				Line: "pod, mirrorPod, wasMirror := kl.podManager.GetPodAndMirrorPod(pod)",
-				Call: "if kl.critletHeldForDevicesNow(pod) { continue }",
 			},
 		},
 		Proof: []Reach{
@@ -215,6 +214,10 @@ var (
 			{
 				From: UpstreamModule + "/pkg/kubelet.(*Kubelet).syncLoopIteration",
 				To:   critletModule + "/pkg/devicewait.(*Holds).Next",
+			},
+			{
+				From: UpstreamModule + "/pkg/kubelet.(*podWorkers).UpdatePod",
+				To:   UpstreamModule + "/pkg/kubelet.critletPassOverHeld",
 			},
 		},
 	}

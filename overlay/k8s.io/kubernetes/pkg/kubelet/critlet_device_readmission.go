@@ -14,26 +14,32 @@ package kubelet
 // reason when the window closes. Package devicewait decides; this file
 // reads the device manager and the pod manager and acts.
 //
-// Four hooks reach this file, all on the sync loop's goroutine, so a retry
-// never races an admission: HandlePodAdditions before it rejects a pod,
-// housekeeping (every two seconds once all pod sources are ready) before it
-// cleans up and where it lists the active pods, and HandlePodSyncs. With
-// the setting off they return at once and nothing else here runs.
+// Hooks reach this file from HandlePodAdditions before it rejects a pod,
+// from housekeeping (every two seconds once all pod sources are ready)
+// before it cleans up and where it counts the active pods, all on the sync
+// loop's goroutine, so a retry never races an admission; and from the pod
+// workers' UpdatePod, on whichever goroutine updates a pod. With the
+// setting off they return at once and nothing else here runs.
 //
 // A held pod is in the pod manager but has no allocation (one checkpointed
-// before a reboot is removed) and no pod worker. The kubelet passes over
-// such pods when they are updated (with InPlacePodVerticalScaling, on by
-// default: without it a held pod's update would start it unadmitted, so
-// pods are not held then). Housekeeping would start it as an active pod
-// the pod workers do not know, and a sync (the container manager names it
-// when its checkpointed devices change health) would start it too: it is
-// not counted active in housekeeping, and its syncs are skipped. It stays
-// active for the device manager, which keeps its checkpointed devices.
+// before a reboot is removed) and no pod worker. Every path that would
+// start or sync it meets in UpdatePod: its mirror pod added or removed,
+// housekeeping's restart of active pods the workers do not know, a sync
+// (the container manager names it when its checkpointed devices change
+// health), an update. There the guard drops any update but a kill, so no
+// held pod is started unadmitted whatever dispatches it. The kubelet
+// itself passes over unallocated pods' API updates (with
+// InPlacePodVerticalScaling, on by default; without it pods are not
+// held). Housekeeping does not count a held pod active, and every
+// housekeeping refuses a held pod deleted meanwhile, so its deletion
+// completes at once. It stays active for the device manager, which keeps
+// its checkpointed devices.
 
 import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -42,6 +48,7 @@ import (
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/critletmetrics"
 	"github.com/critlet/critlet/pkg/devicedemand"
@@ -57,16 +64,55 @@ const (
 	critletReasonAdmittedAfterPlugin    = "AdmittedAfterDevicePlugin"
 )
 
+// The holds are read by the pod workers' guard on whichever goroutine
+// updates a pod, and changed on the sync loop's: critletDeviceHoldsMu
+// guards the pointer and what it points to.
 var (
 	critletDeviceHoldsMu sync.Mutex
-	critletDeviceHolds   *devicewait.Holds
+	critletDeviceHolds   *critletHolds
 )
+
+// critletHolds is devicewait.Holds with each call under
+// critletDeviceHoldsMu (none calls out, so none can deadlock).
+type critletHolds struct{ h *devicewait.Holds }
+
+func critletLocked[T any](f func() T) T {
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	return f()
+}
+
+func (c *critletHolds) Hold(uid types.UID, waiting []string, reason, message string, now time.Time) bool {
+	return critletLocked(func() bool { return c.h.Hold(uid, waiting, reason, message, now) })
+}
+
+func (c *critletHolds) Next(now time.Time, healthy map[string]int64) (retry, refuse []devicewait.Held) {
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	return c.h.Next(now, healthy)
+}
+
+func (c *critletHolds) All() []devicewait.Held {
+	return critletLocked(c.h.All)
+}
+
+func (c *critletHolds) Forget(uid types.UID) {
+	critletLocked(func() struct{} { c.h.Forget(uid); return struct{}{} })
+}
+
+func (c *critletHolds) Has(uid types.UID) bool {
+	return critletLocked(func() bool { return c.h.Has(uid) })
+}
+
+func (c *critletHolds) Len() int { return critletLocked(c.h.Len) }
+
+func (c *critletHolds) Closes() time.Time { return critletLocked(c.h.Closes) }
 
 // critletHeldForDevices returns the pods held for device plugins, or nil
 // when the patch is off. The window opens at the first call, when the
 // sync loop first admits pods or does housekeeping, moments after the
 // kubelet starts.
-func (kl *Kubelet) critletHeldForDevices() *devicewait.Holds {
+func (kl *Kubelet) critletHeldForDevices() *critletHolds {
 	s := kubeletstate.Get().Settings
 	if !s.On(patched.DeviceReadmission) || !utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScaling) {
 		return nil
@@ -74,9 +120,25 @@ func (kl *Kubelet) critletHeldForDevices() *devicewait.Holds {
 	critletDeviceHoldsMu.Lock()
 	defer critletDeviceHoldsMu.Unlock()
 	if critletDeviceHolds == nil {
-		critletDeviceHolds = devicewait.New(kl.clock.Now(), s.DeviceReadmissionWindow, readmission.DefaultBackoff)
+		critletDeviceHolds = &critletHolds{devicewait.New(kl.clock.Now(), s.DeviceReadmissionWindow, readmission.DefaultBackoff)}
 	}
 	return critletDeviceHolds
+}
+
+// critletPassOverHeld is the pod workers' guard, called by UpdatePod
+// before it takes the update: it reports whether the update of pod uid is
+// to be dropped, the pod being held and never admitted. A kill is taken:
+// the pod workers end a pod that never started, and a held pod deleted,
+// its static pod's file removed, or evicted must end.
+func critletPassOverHeld(logger klog.Logger, uid types.UID, update kubetypes.SyncPodType) bool {
+	if update == kubetypes.SyncPodKill {
+		return false
+	}
+	held := critletLocked(func() bool { return critletDeviceHolds != nil && critletDeviceHolds.h.Has(uid) })
+	if held {
+		logger.V(3).Info("Pod update passed over: the pod is held for device plugins and has not been admitted")
+	}
+	return held
 }
 
 // critletHoldForDevices is called by HandlePodAdditions when admission has
@@ -109,14 +171,29 @@ func (kl *Kubelet) critletHoldForDevices(ctx context.Context, pod *v1.Pod, reaso
 // critletRetryHeldForDevices runs at the start of housekeeping: it admits
 // again the held pods whose plugins are back, exactly as HandlePodAdditions
 // takes a new pod, and rejects with their last reason those still held
-// when the window closes, and those deleted meanwhile (so that their
-// deletion completes, as for any refused pod).
+// when the window closes, and those deleted meanwhile whether due or not
+// (so that their deletion completes, as for any refused pod).
 func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 	h := kl.critletHeldForDevices()
 	if h == nil || h.Len() == 0 {
 		return
 	}
 	logger := klog.FromContext(ctx)
+	// Every held pod, due or not: one deleted is refused now so that its
+	// deletion completes (the kubelet passes over its update).
+	for _, held := range h.All() {
+		pod, ok := kl.critletHeldPod(held.UID)
+		switch {
+		case !ok:
+			h.Forget(held.UID)
+			logger.V(2).Info("Held pod forgotten: it is gone or no longer pending", "podUID", held.UID)
+		case pod.DeletionTimestamp != nil:
+			h.Forget(pod.UID)
+			logger.Info("Held pod deleted; refusing it so that its deletion completes", "pod", klog.KObj(pod), "podUID", pod.UID, "heldSince", held.Since)
+			kl.critletRejectHeld(ctx, pod, held.Reason, held.Message)
+			critletmetrics.DeviceReadmissions.WithLabelValues("refused").Inc()
+		}
+	}
 	healthy := kl.critletHealthyDevices(logger)
 	retry, refuse := h.Next(kl.clock.Now(), healthy)
 	for _, held := range refuse {
@@ -134,17 +211,13 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 			logger.V(2).Info("Held pod forgotten: it is gone or no longer pending", "podUID", held.UID)
 			continue
 		}
-		if pod.DeletionTimestamp != nil {
-			h.Forget(pod.UID)
-			kl.critletRejectHeld(ctx, pod, held.Reason, held.Message)
-			critletmetrics.DeviceReadmissions.WithLabelValues("refused").Inc()
-			continue
-		}
 		start := kl.clock.Now()
 		ok, reason, message := kl.allocationManager.AddPod(ctx, kl.GetActivePods(), pod)
 		if !ok {
+			// The device manager's devices now, not before the attempt:
+			// the plugin may have gone again meanwhile.
 			if reason == lifecycle.UnexpectedAdmissionError && devicewait.PluginAway(message) &&
-				h.Hold(pod.UID, devicewait.Waiting(critletDeviceRequests(pod), healthy), reason, message, start) {
+				h.Hold(pod.UID, devicewait.Waiting(critletDeviceRequests(pod), kl.critletHealthyDevices(logger)), reason, message, start) {
 				critletmetrics.DeviceReadmissions.WithLabelValues("held").Inc()
 				logger.Info("Held pod refused again for device plugins; it stays held", "pod", klog.KObj(pod), "podUID", pod.UID, "message", message)
 				continue
@@ -174,13 +247,6 @@ func (kl *Kubelet) critletNotHeldForDevices(active []*v1.Pod) []*v1.Pod {
 	return slices.DeleteFunc(slices.Clone(active), func(p *v1.Pod) bool { return h.Has(p.UID) })
 }
 
-// critletHeldForDevicesNow reports whether pod (nil for a mirror pod whose
-// static pod is gone) is held, for HandlePodSyncs to pass it over.
-func (kl *Kubelet) critletHeldForDevicesNow(pod *v1.Pod) bool {
-	h := kl.critletHeldForDevices()
-	return h != nil && pod != nil && h.Has(pod.UID)
-}
-
 // critletRejectHeld refuses a held pod as HandlePodAdditions refuses one,
 // static-pod-readmission's retry included.
 func (kl *Kubelet) critletRejectHeld(ctx context.Context, pod *v1.Pod, reason, message string) {
@@ -190,10 +256,13 @@ func (kl *Kubelet) critletRejectHeld(ctx context.Context, pod *v1.Pod, reason, m
 }
 
 // critletHeldPod returns the pod of a held UID while it is still the pod
-// that was held: in the pod manager, never admitted, not terminal.
+// that was held: in the pod manager, never admitted, not terminal. A pod
+// worker that ended it (a kill the guard let through: its static pod's
+// file removed and restored, its old containers cleaned up as orphans)
+// does not end the hold: once admitted, the pod workers start it again.
 func (kl *Kubelet) critletHeldPod(uid types.UID) (*v1.Pod, bool) {
 	pod, ok := kl.podManager.GetPodByUID(uid)
-	if !ok || kl.podWorkers.IsPodKnownTerminated(uid) || kl.allocationManager.HasPodAllocatedResources(uid) || kl.isAdmittedPodTerminal(pod) {
+	if !ok || kl.allocationManager.HasPodAllocatedResources(uid) || kl.isAdmittedPodTerminal(pod) {
 		return nil, false
 	}
 	return pod, true

@@ -38,7 +38,10 @@ type critletPluginState struct {
 	// short: the device manager refuses for devices held by other pods,
 	// with the plugin there.
 	short bool
-	asked int
+	// awayOnAdmit: the plugin goes again as the pod is admitted, after
+	// its devices were listed healthy.
+	awayOnAdmit bool
+	asked       int
 }
 
 func (s *critletPluginState) Admit(context.Context, *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
@@ -51,6 +54,9 @@ func (s *critletPluginState) Admit(context.Context, *lifecycle.PodAdmitAttribute
 	case s.short:
 		return lifecycle.PodAdmitResult{Reason: lifecycle.UnexpectedAdmissionError,
 			Message: "Allocate failed due to requested number of devices unavailable for " + critletWidget + ". Requested: 1, Available: 0, which is unexpected"}
+	case s.awayOnAdmit:
+		s.healthy = 0
+		fallthrough
 	case s.healthy == 0:
 		return lifecycle.PodAdmitResult{Reason: lifecycle.UnexpectedAdmissionError,
 			Message: "Allocate failed due to cannot allocate unregistered device " + critletWidget + ", which is unexpected"}
@@ -108,6 +114,9 @@ func critletDeviceKubelet(t *testing.T, on bool) (*TestKubelet, *critletPluginSt
 	plugin := &critletPluginState{}
 	kl.containerManager = critletDevicesCM{kl.containerManager, plugin}
 	kl.allocationManager.AddPodAdmitHandlers(lifecycle.PodAdmitHandlers{plugin})
+	// The pod workers themselves, not the test kubelet's stand-in that
+	// syncs every update: their guard is what keeps a held pod unstarted.
+	kl.podWorkers, _, _ = createPodWorkers(klog.Background())
 	recorder := record.NewFakeRecorder(100)
 	kl.recorder = recorder
 	return testKubelet, plugin, recorder
@@ -241,6 +250,53 @@ func TestCritletHeldPodRefusedAsUpstreamOtherwise(t *testing.T) {
 			t.Errorf("refused with %s, want the retry's reason OutOfcpu", status.Reason)
 		}
 	})
+	t.Run("refused again for its plugin: held on, one backoff step", func(t *testing.T) {
+		tCtx := ktesting.Init(t)
+		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+		kl := testKubelet.kubelet
+		pod := critletWidgetPod("away-again")
+		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+		plugin.set(1, "")
+		plugin.mu.Lock()
+		plugin.awayOnAdmit = true
+		plugin.mu.Unlock()
+		kl.critletRetryHeldForDevices(tCtx)
+		if _, found := kl.statusManager.GetPodStatus(pod.UID); found || kl.critletHeldForDevices().Len() != 1 {
+			t.Fatal("a held pod refused again for its plugin was not held on")
+		}
+		// Within the backoff step (2 s) it is not tried; after it, it is.
+		plugin.set(1, "")
+		testKubelet.fakeClock.Step(time.Second)
+		kl.critletRetryHeldForDevices(tCtx)
+		if asked := plugin.set(1, ""); asked != 2 {
+			t.Fatalf("admission asked %d times within the backoff, want 2", asked)
+		}
+		testKubelet.fakeClock.Step(2 * time.Second)
+		kl.critletRetryHeldForDevices(tCtx)
+		if asked := plugin.set(1, ""); asked != 3 {
+			t.Errorf("admission asked %d times after the backoff, want 3", asked)
+		}
+	})
+	t.Run("deleted while held, its plugin still away", func(t *testing.T) {
+		tCtx := ktesting.Init(t)
+		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+		kl := testKubelet.kubelet
+		pod := critletWidgetPod("deleted-early")
+		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+		deleted := pod.DeepCopy()
+		deleted.DeletionTimestamp = &metav1.Time{Time: testKubelet.fakeClock.Now()}
+		kl.podManager.UpdatePod(deleted)
+		// The next housekeeping, long before the window closes.
+		testKubelet.fakeClock.Step(2 * time.Second)
+		kl.critletRetryHeldForDevices(tCtx)
+		checkPodStatus(t, kl, pod, v1.PodFailed)
+		if h := kl.critletHeldForDevices(); h.Len() != 0 {
+			t.Errorf("%d pods still held after the deletion", h.Len())
+		}
+		if asked := plugin.set(0, ""); asked != 1 {
+			t.Errorf("admission asked %d times, want the first refusal only: a deleted pod is not tried again", asked)
+		}
+	})
 	t.Run("deleted while held", func(t *testing.T) {
 		tCtx := ktesting.Init(t)
 		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
@@ -290,5 +346,89 @@ func TestCritletHeldPodRefusedAsUpstreamOtherwise(t *testing.T) {
 				t.Errorf("%d pods held", h.Len())
 			}
 		})
+	}
+}
+
+// Every path that would start or sync a pod meets in the pod workers'
+// UpdatePod: a held static pod is not handed to a pod worker whichever
+// path dispatches it (its mirror pod added or removed, a sync,
+// housekeeping), a kill is taken, and the pod starts once admitted. A
+// static pod whose file is removed (the kill ends its never-started
+// worker) and restored stays held, and is started again once admitted.
+func TestCritletHeldPodStartsOnlyOnceAdmitted(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+	kl := testKubelet.kubelet
+	workers, _, processed := createPodWorkers(klog.Background())
+	kl.podWorkers = workers
+	worker := func(uid types.UID) (*podSyncStatus, bool) {
+		workers.podLock.Lock()
+		defer workers.podLock.Unlock()
+		s, ok := workers.podSyncStatuses[uid]
+		return s, ok
+	}
+	static := func(name string) (*v1.Pod, *v1.Pod) {
+		pod := critletWidgetPod(name)
+		pod.Annotations = map[string]string{kubetypes.ConfigSourceAnnotationKey: kubetypes.FileSource}
+		mirror := pod.DeepCopy()
+		mirror.UID = types.UID(name + "-mirror")
+		mirror.Annotations = map[string]string{kubetypes.ConfigSourceAnnotationKey: kubetypes.ApiserverSource, kubetypes.ConfigMirrorAnnotationKey: "mirror"}
+		return pod, mirror
+	}
+	pod, mirror := static("static-gpu")
+	restored, _ := static("static-restored")
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod, restored})
+	if h := kl.critletHeldForDevices(); h.Len() != 2 {
+		t.Fatalf("%d pods held, want both static pods", h.Len())
+	}
+	for _, path := range []struct {
+		name string
+		run  func() error
+	}{
+		{"its mirror pod added", func() error { kl.HandlePodAdditions(tCtx, []*v1.Pod{mirror}); return nil }},
+		{"a sync", func() error { kl.HandlePodSyncs(tCtx, []*v1.Pod{pod}); return nil }},
+		{"housekeeping", func() error { return kl.HandlePodCleanups(tCtx) }},
+		{"its mirror pod removed", func() error { kl.HandlePodRemoves(tCtx, []*v1.Pod{mirror}); return nil }},
+	} {
+		if err := path.run(); err != nil {
+			t.Fatalf("%s: %v", path.name, err)
+		}
+		if _, ok := worker(pod.UID); ok {
+			t.Fatalf("%s: the held pod was handed to a pod worker", path.name)
+		}
+	}
+	// Its file removed: the kill is taken, and the pod workers end a pod
+	// that never started.
+	kl.HandlePodRemoves(tCtx, []*v1.Pod{restored})
+	if _, ok := worker(restored.UID); !ok {
+		t.Fatal("the kill of a held pod whose file was removed was dropped")
+	}
+	drainAllWorkers(workers)
+	// Restored before the next housekeeping: upstream skips admission for a
+	// pod whose termination was requested and sends a create, dropped.
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{restored})
+	kl.critletRetryHeldForDevices(tCtx)
+	if h := kl.critletHeldForDevices(); !h.Has(restored.UID) {
+		t.Fatal("the restored static pod is no longer held: its pod worker's end ended the hold, it would never start")
+	}
+	plugin.set(1, "")
+	testKubelet.fakeClock.Step(2 * time.Second)
+	kl.critletRetryHeldForDevices(tCtx)
+	if _, ok := worker(pod.UID); !ok {
+		t.Fatal("the pod admitted once its plugin was back has no pod worker")
+	}
+	if s, _ := worker(restored.UID); s == nil || !s.restartRequested {
+		t.Error("the restored pod, admitted, is not to be started again by its pod worker")
+	}
+	drainAllWorkers(workers)
+	var updates []kubetypes.SyncPodType
+	for _, r := range processed[pod.UID] {
+		updates = append(updates, r.updateType)
+	}
+	if len(updates) == 0 || updates[0] != kubetypes.SyncPodCreate {
+		t.Errorf("the admitted pod's syncs were %v, want a create first", updates)
+	}
+	if h := kl.critletHeldForDevices(); h.Len() != 0 {
+		t.Errorf("%d pods still held after both were admitted", h.Len())
 	}
 }

@@ -9,9 +9,13 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
+	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
@@ -40,16 +44,25 @@ const (
 // critical pod it refuses for lack of devices preempts their holders. A
 // kubelet with the setting on whose handler chain is not as expected
 // refuses to start rather than run without the patch it was asked for.
-func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHandler, allocateAt int, devices podresources.DevicesProvider,
-	getNode func(context.Context, bool) (*v1.Node, error), pluginResources func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error,
-	preempt lifecycle.AdmissionFailureHandler, activePods func() []*v1.Pod) []lifecycle.PodAdmitHandler {
+// kubeCfg names the node's resource-manager policies.
+func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHandler, allocateAt int, kubeCfg *kubeletconfig.KubeletConfiguration,
+	devices podresources.DevicesProvider, getNode func(context.Context, bool) (*v1.Node, error),
+	pluginResources func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error,
+	preempt lifecycle.AdmissionFailureHandler, activePods func() []*v1.Pod, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
 	if !kubeletstate.Get().Settings.On(patched.CriticalDevicePreemption) {
 		return handlers
 	}
+	managers := planning.NodeManagers{Topology: kubeCfg.TopologyManagerPolicy, CPU: kubeCfg.CPUManagerPolicy, Memory: kubeCfg.MemoryManagerPolicy}
+	if why := planning.DevicePreemptionUnsupported(managers, true); why != "" {
+		klog.FromContext(ctx).Info("critlet's critical-device-preemption does not preempt for some pods on this node: those short of devices are refused as upstream refuses them",
+			"patch", patched.CriticalDevicePreemption.Name, "why", why)
+	}
 	out, err := critletWrapAllocateHandler(handlers, allocateAt, func(inner lifecycle.PodAdmitHandler) lifecycle.PodAdmitHandler {
 		return &critletDevicePreemption{
-			inner:   inner,
-			devices: devices,
+			inner:    inner,
+			managers: managers,
+			recorder: recorder,
+			devices:  devices,
 			probe: func(capture lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler {
 				return lifecycle.NewPredicateAdmitHandler(getNode, capture, pluginResources)
 			},
@@ -81,8 +94,12 @@ func critletWrapAllocateHandler(handlers []lifecycle.PodAdmitHandler, allocateAt
 // critletDevicePreemption is the container manager's allocate handler
 // with critical pods' device shortfalls preempted.
 type critletDevicePreemption struct {
-	inner   lifecycle.PodAdmitHandler
-	devices podresources.DevicesProvider
+	inner lifecycle.PodAdmitHandler
+	// managers are the node's resource-manager policies: preemption for
+	// devices runs only where they cannot refuse the freed devices.
+	managers planning.NodeManagers
+	recorder record.EventRecorder
+	devices  podresources.DevicesProvider
 	// probe builds upstream's predicate handler around a failure handler,
 	// so the native shortfall joins the devices' in one selection.
 	probe      func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler
@@ -91,9 +108,17 @@ type critletDevicePreemption struct {
 	wait, poll time.Duration
 }
 
+// critletReasonDevicePreemptionSkipped is the event on a critical pod short
+// of devices on a node whose resource managers could refuse it again with
+// the devices freed: nothing is killed.
+const critletReasonDevicePreemptionSkipped = "DevicePreemptionSkipped"
+
 // Admit allocates as upstream does. When that refuses a critical pod being
-// added and devices of a device-plugin resource are short, it preempts
-// pods chosen from the devices and any native shortfall together, waits
+// added for too few free devices (the device manager's count refusal, or
+// under restricted and single-numa-node the topology manager's) and
+// devices of a device-plugin resource are short, it preempts, where the
+// node's resource managers cannot refuse the freed devices, pods chosen
+// from the devices and any native shortfall together, waits
 // for the device manager to free the victims' devices, takes the victims
 // out of the pods the handlers after it see, and allocates again. Anything
 // that does not end in an allocation returns upstream's refusal (or the
@@ -103,6 +128,12 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 	if refused.Admit || attrs.Operation != lifecycle.AddOperation || !kubetypes.IsCriticalPod(attrs.Pod) {
 		return refused
 	}
+	count := planning.DeviceCountRefusal(refused.Message)
+	if !count && refused.Reason != topologymanager.ErrorTopologyAffinity {
+		// Refused for something else (CPUs, memory, a plugin away): as
+		// upstream.
+		return refused
+	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
 	short, err := w.shortages(logger, attrs)
 	if err != nil {
@@ -110,8 +141,19 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		return refused
 	}
 	if len(short) == 0 {
-		// Refused for something else (CPUs, memory, topology with enough
-		// devices): as upstream.
+		// Devices enough (a topology refusal among them, or the device
+		// manager's view changed since its refusal): as upstream.
+		return refused
+	}
+	if why := planning.DevicePreemptionUnsupported(w.managers, v1qos.GetPodQOS(attrs.Pod) == v1.PodQOSGuaranteed); why != "" {
+		logger.Info("Not preempting for devices: no kill is known to help on this node", "why", why, "reason", refused.Reason, "message", refused.Message)
+		w.recorder.Eventf(attrs.Pod, v1.EventTypeWarning, critletReasonDevicePreemptionSkipped, "Not preempting pods for devices: %s", why)
+		critletmetrics.DevicePreemptions.WithLabelValues("unsupported_node").Inc()
+		return refused
+	}
+	if !count {
+		// A topology refusal on a node whose policy never refuses for
+		// alignment: not one preemption answers.
 		return refused
 	}
 	reasons, ok := w.withNativeShortfall(ctx, attrs, short)
@@ -135,8 +177,9 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 	}
 	again := w.inner.Admit(ctx, attrs)
 	if !again.Admit {
-		// Enough devices are free now, so the refusal is of another kind,
-		// such as the topology manager finding no aligned set among them.
+		// Enough devices were free: something took them or refused
+		// for another reason meanwhile (on the node configurations
+		// preemption runs on, no alignment refuses them).
 		logger.Info("Critical pod refused again after its device preemption", "reason", again.Reason, "message", again.Message)
 		critletmetrics.DevicePreemptions.WithLabelValues("refused").Inc()
 		return again

@@ -5,6 +5,7 @@ package cm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,15 +15,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/critlet/critlet/pkg/critletmetrics"
 	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/patched"
+	"github.com/critlet/critlet/pkg/planning"
 	"github.com/critlet/critlet/pkg/settings"
 )
 
@@ -40,11 +44,27 @@ type critletDeviceNode struct {
 	// lag is how many calls of UpdateAllocatedDevices pass before one
 	// frees: the kubelet's bookkeeping catching up.
 	lag int
-	// refuseAgain makes the second allocation fail as the topology manager
-	// would.
+	// refuseAgain makes the second allocation fail (another pod took the
+	// freed devices meanwhile).
 	refuseAgain bool
+	// refuseWith, when set, is every allocation's refusal: another
+	// handler's, or the topology manager's.
+	refuseWith  *lifecycle.PodAdmitResult
 	allocations int
 }
+
+// critletCountRefusal is the device manager's refusal for too few free
+// devices, as the topology manager's admit handler words it.
+func critletCountRefusal(requested, available int) lifecycle.PodAdmitResult {
+	return lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: fmt.Sprintf(
+		"Allocate failed due to requested number of devices unavailable for %s. Requested: %d, Available: %d, which is unexpected", critletGPU, requested, available)}
+}
+
+// A defaulted kubelet configuration's resource-manager policies.
+var critletDefaultManagers = planning.NodeManagers{Topology: "none", CPU: "none", Memory: "None"}
+
+// The topology manager's refusal under restricted or single-numa-node.
+var critletTopologyRefusal = lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}
 
 func (n *critletDeviceNode) GetAllocatableDevices(klog.Logger) []*podresourcesapi.ContainerDevices {
 	var out []*podresourcesapi.ContainerDevices
@@ -95,15 +115,18 @@ func (n *critletDeviceNode) free() []string {
 
 func (n *critletDeviceNode) Admit(_ context.Context, attrs *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
 	n.allocations++
-	if n.allocations > 1 && n.refuseAgain {
-		return lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}
+	if n.refuseWith != nil {
+		return *n.refuseWith
 	}
 	c := attrs.Pod.Spec.Containers[0]
 	q := c.Resources.Limits[critletGPU]
 	want := int(q.Value())
 	free := n.free()
+	if n.allocations > 1 && n.refuseAgain {
+		return critletCountRefusal(want, len(free)-1)
+	}
 	if len(free) < want {
-		return lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable"}
+		return critletCountRefusal(want, len(free))
 	}
 	if want > 0 {
 		n.holds[attrs.Pod.UID] = map[string][]string{c.Name: free[:want]}
@@ -189,6 +212,8 @@ func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *
 				func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error { return nil })
 		},
 		preempt:    k,
+		managers:   critletDefaultManagers,
+		recorder:   record.NewFakeRecorder(10),
 		activePods: n.activePods(pods),
 		// Far beyond the few polls a lagging device manager needs, so a busy
 		// machine cannot make the wait run out.
@@ -244,6 +269,47 @@ func TestCritletDevicePreemptionAdmitsOnceTheVictimsDevicesAreFree(t *testing.T)
 	}
 }
 
+// critletAdmitAll is a predicate that admits every pod: the node's status
+// counting more devices than the device manager can allocate.
+type critletAdmitAll struct{}
+
+func (critletAdmitAll) Admit(context.Context, *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
+	return lifecycle.PodAdmitResult{Admit: true}
+}
+
+// The predicate admitting the pod (its view of the devices is the node
+// status's) leaves the devices' shortfall alone to preempt for.
+func TestCritletDevicePreemptionWhenThePredicateAdmits(t *testing.T) {
+	_, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	w.probe = func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler { return critletAdmitAll{} }
+	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+		t.Fatalf("refused: %+v", res)
+	}
+	if short := critletShortOf(t, k.got); k.calls != 1 || len(short) != 1 || short[critletGPU].Requested != 2 {
+		t.Errorf("%d calls with %+v, want one call short of 2 devices alone", k.calls, short)
+	}
+}
+
+// Devices held by a pod's init container are held: counted as used, and
+// waited for until freed.
+func TestCritletDevicePreemptionCountsInitContainersDevices(t *testing.T) {
+	n, pods, critical, k, w := critletSetup("500m")
+	a := pods[0]
+	a.Spec.InitContainers = []v1.Container{{Name: "init"}}
+	n.holds[a.UID] = map[string][]string{"init": {"d0"}}
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+		t.Fatalf("refused: %+v", res)
+	}
+	if gpu := critletShortOf(t, k.got)[critletGPU]; gpu.Used != 4 {
+		t.Errorf("device shortfall %+v, want all 4 devices used (one by an init container)", gpu)
+	}
+	if got := n.holds[critical.UID]["c"]; !slices.Equal(got, []string{"d0", "d1"}) {
+		t.Errorf("critical pod got devices %v, want the victims' d0 d1", got)
+	}
+}
+
 // The predicate's cpu shortfall and the devices' reach the critical-pod
 // handler together, in one call.
 func TestCritletDevicePreemptionChoosesForDevicesAndCPUTogether(t *testing.T) {
@@ -266,7 +332,7 @@ func TestCritletDevicePreemptionChoosesForDevicesAndCPUTogether(t *testing.T) {
 
 func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 	critletmetrics.Register() // counters count only once registered
-	upstream := lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable"}
+	upstream := critletCountRefusal(2, 0)
 	tests := []struct {
 		name  string
 		setup func(n *critletDeviceNode, k *critletKiller, pod **v1.Pod, attrs *lifecycle.PodAdmitAttributes)
@@ -287,21 +353,30 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 			k.choose = []types.UID{"a", "b"}
 			n.freeable = false
 		}, 1, upstream, "not_freed"},
-		{"topology refuses the freed devices", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+		{"another pod took the freed devices", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			k.choose = []types.UID{"a", "b"}
 			n.refuseAgain = true
-		}, 1, lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}, "refused"},
+		}, 1, critletCountRefusal(2, 1), "refused"},
+		{"the topology manager refuses on a node that never aligns", func(n *critletDeviceNode, _ *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			n.refuseWith = &critletTopologyRefusal
+		}, 0, critletTopologyRefusal, ""},
+		{"the topology manager refuses with devices enough", func(n *critletDeviceNode, _ *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			n.refuseWith = &critletTopologyRefusal
+			n.healthy = append(n.healthy, "d4", "d5")
+		}, 0, critletTopologyRefusal, ""},
+		{"a plugin is away", func(n *critletDeviceNode, _ *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			n.refuseWith = &lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to cannot allocate unregistered device " + critletGPU + ", which is unexpected"}
+		}, 0, lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to cannot allocate unregistered device " + critletGPU + ", which is unexpected"}, ""},
 		{"not critical", func(_ *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			(*pod).Spec.Priority = new(int32)
 		}, 0, upstream, ""},
 		{"a resize", func(_ *critletDeviceNode, _ *critletKiller, _ **v1.Pod, attrs *lifecycle.PodAdmitAttributes) {
 			attrs.Operation = lifecycle.ResizeOperation
 		}, 0, upstream, ""},
-		{"refused for something else: devices enough", func(n *critletDeviceNode, _ *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+		{"a count refusal with devices enough by now", func(n *critletDeviceNode, _ *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+			n.refuseWith = &lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: critletCountRefusal(2, 0).Message}
 			n.healthy = append(n.healthy, "d4", "d5")
-			n.refuseAgain = true
-			n.allocations = 1
-		}, 0, lifecycle.PodAdmitResult{Reason: "TopologyAffinityError", Message: "Resources cannot be allocated with Topology locality"}, ""},
+		}, 0, upstream, ""},
 		{"the predicate refuses before weighing resources", func(_ *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			(*pod).Spec.OS = &v1.PodOS{Name: "windows"}
 		}, 0, upstream, ""},
@@ -350,13 +425,92 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 	}
 }
 
+// On a node whose topology, CPU or memory manager could refuse the freed
+// devices, a critical pod short of devices is refused as upstream refuses
+// it (a count refusal, or the topology manager's where it aligns), nothing
+// is killed, and the pod's events say why.
+func TestCritletDevicePreemptionKillsNothingWhereManagersCouldRefuse(t *testing.T) {
+	critletmetrics.Register()
+	with := func(f func(*planning.NodeManagers)) planning.NodeManagers {
+		m := critletDefaultManagers
+		f(&m)
+		return m
+	}
+	for _, tc := range []struct {
+		name       string
+		managers   planning.NodeManagers
+		guaranteed bool
+		refusal    *lifecycle.PodAdmitResult
+	}{
+		{"restricted", with(func(m *planning.NodeManagers) { m.Topology = "restricted" }), false, &critletTopologyRefusal},
+		{"single-numa-node", with(func(m *planning.NodeManagers) { m.Topology = "single-numa-node" }), true, &critletTopologyRefusal},
+		{"static CPU manager, a Guaranteed pod", with(func(m *planning.NodeManagers) { m.CPU = "static" }), true, nil},
+		{"static memory manager, a Guaranteed pod", with(func(m *planning.NodeManagers) { m.Memory = "Static" }), true, nil},
+		{"a policy not known", planning.NodeManagers{}, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, pods, critical, k, w := critletSetup("500m")
+			k.choose = []types.UID{"a", "b"}
+			n.refuseWith = tc.refusal
+			want := critletCountRefusal(2, 0)
+			if tc.refusal != nil {
+				want = *tc.refusal
+			}
+			if tc.guaranteed {
+				c := &critical.Spec.Containers[0].Resources
+				c.Requests[v1.ResourceMemory] = resource.MustParse("1Gi")
+				c.Limits[v1.ResourceCPU], c.Limits[v1.ResourceMemory] = c.Requests[v1.ResourceCPU], c.Requests[v1.ResourceMemory]
+			}
+			w.managers = tc.managers
+			events := record.NewFakeRecorder(10)
+			w.recorder = events
+			unsupported := critletmetrics.DevicePreemptions.WithLabelValues("unsupported_node")
+			before, err := testutil.GetCounterMetricValue(unsupported)
+			if err != nil {
+				t.Fatal(err)
+			}
+			attrs := critletAdd(critical, pods)
+			if got := w.Admit(context.Background(), attrs); got != want {
+				t.Errorf("Admit = %+v, want upstream's refusal %+v", got, want)
+			}
+			if k.calls != 0 || len(attrs.OtherPods) != len(pods) {
+				t.Errorf("critical-pod handler asked %d times, %d of %d other pods left: want nothing killed", k.calls, len(attrs.OtherPods), len(pods))
+			}
+			if after, _ := testutil.GetCounterMetricValue(unsupported); after != before+1 {
+				t.Errorf("unsupported_node counted %v then %v, want one more", before, after)
+			}
+			select {
+			case e := <-events.Events:
+				why := planning.DevicePreemptionUnsupported(tc.managers, tc.guaranteed)
+				if !strings.HasPrefix(e, "Warning "+critletReasonDevicePreemptionSkipped+" ") || !strings.Contains(e, why) {
+					t.Errorf("event %q, want a %s warning saying %q", e, critletReasonDevicePreemptionSkipped, why)
+				}
+			default:
+				t.Error("no event says why nothing was preempted")
+			}
+		})
+	}
+}
+
+// The static managers allocate for Guaranteed pods only: a Burstable
+// critical pod still preempts for devices under them.
+func TestCritletDevicePreemptionUnderStaticManagersForABurstablePod(t *testing.T) {
+	_, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	w.managers = planning.NodeManagers{Topology: "best-effort", CPU: "static", Memory: "Static"}
+	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit || k.calls != 1 {
+		t.Fatalf("Admit = %+v after %d preemptions, want admitted after one", res, k.calls)
+	}
+}
+
 func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
 	defer kubeletstate.SetSettings(kubeletstate.Get().Settings)
 	n, pods, _, k, _ := critletSetup("1")
 	sysctl, predicate := &critletDeviceNode{}, &critletDeviceNode{}
 	handlers := []lifecycle.PodAdmitHandler{sysctl, n, predicate}
+	cfg := &kubeletconfig.KubeletConfiguration{TopologyManagerPolicy: "single-numa-node", CPUManagerPolicy: "static", MemoryManagerPolicy: "None"}
 	install := func() []lifecycle.PodAdmitHandler {
-		return CritletPreemptDevices(context.Background(), handlers, 1, n, nil, nil, k, n.activePods(pods))
+		return CritletPreemptDevices(context.Background(), handlers, 1, cfg, n, nil, nil, k, n.activePods(pods), record.NewFakeRecorder(1))
 	}
 	kubeletstate.SetSettings(settings.Defaults())
 	if got := install(); &got[0] != &handlers[0] || got[1] != lifecycle.PodAdmitHandler(n) {
@@ -367,6 +521,9 @@ func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
 	wrapped, ok := got[1].(*critletDevicePreemption)
 	if !ok || wrapped.inner != lifecycle.PodAdmitHandler(n) || got[0] != lifecycle.PodAdmitHandler(sysctl) || got[2] != lifecycle.PodAdmitHandler(predicate) {
 		t.Fatalf("setting on: handlers %v, want only the allocate handler wrapped", got)
+	}
+	if want := (planning.NodeManagers{Topology: "single-numa-node", CPU: "static", Memory: "None"}); wrapped.managers != want {
+		t.Errorf("the wrapped handler sees the policies %+v, want the configuration's %+v", wrapped.managers, want)
 	}
 	if handlers[1] != lifecycle.PodAdmitHandler(n) {
 		t.Fatal("the caller's slice was changed")
