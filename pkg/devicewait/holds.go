@@ -41,6 +41,18 @@ func Waiting(need, healthy map[string]int64) []string {
 	return out
 }
 
+// WaitingAgain is Waiting for a pod the device manager refused again for a
+// plugin away though healthy (read after the refusal) lists a device of
+// every resource of need: the plugin came back meanwhile, and the pod
+// waits for all of them, so it is held and tried again after its backoff
+// rather than failed. O(r log r) for r resources.
+func WaitingAgain(need, healthy map[string]int64) []string {
+	if w := Waiting(need, healthy); len(w) > 0 {
+		return w
+	}
+	return Waiting(need, nil)
+}
+
 // The device manager's refusals while a resource's plugin is away: not
 // registered (again), or registered with no healthy device. Other handlers
 // refuse with the same reason (UnexpectedAdmissionError), and the device

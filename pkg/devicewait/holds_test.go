@@ -227,3 +227,18 @@ func TestAllListsEveryHeldPodOldestFirst(t *testing.T) {
 		t.Errorf("All after Forget(b) = %v, want [a]", got)
 	}
 }
+
+// A pod refused again for a plugin that is back by the time the device
+// manager is read waits for all its resources, not for none.
+func TestWaitingAgain(t *testing.T) {
+	need := map[string]int64{widget: 1, gadget: 2}
+	if got := WaitingAgain(need, map[string]int64{widget: 1}); !slices.Equal(got, []string{gadget}) {
+		t.Errorf("one plugin still away: WaitingAgain = %v, want [%s]", got, gadget)
+	}
+	if got := WaitingAgain(need, map[string]int64{widget: 1, gadget: 4}); !slices.Equal(got, []string{gadget, widget}) {
+		t.Errorf("both back: WaitingAgain = %v, want both", got)
+	}
+	if got := WaitingAgain(nil, nil); len(got) != 0 {
+		t.Errorf("no devices needed: WaitingAgain = %v, want none", got)
+	}
+}

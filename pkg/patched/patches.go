@@ -195,7 +195,7 @@ var (
 				File: "pkg/kubelet/pod_workers.go",
 				Func: "(*podWorkers).UpdatePod",
 				Line: `updateLogger := logger.WithValues("pod", klog.KRef(ns, name), "podUID", uid, "updateType", options.UpdateType)`,
-				Call: "if critletPassOverHeld(updateLogger, uid, options.UpdateType) { return }",
+				Call: "if critletPassOverHeld(p, updateLogger, uid, options.UpdateType) { return }",
 			},
 			{
 				// Housekeeping counts the active pods and restarts those

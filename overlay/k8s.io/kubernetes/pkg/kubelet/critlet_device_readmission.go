@@ -29,8 +29,8 @@ package kubelet
 // health), an update. There the guard drops any update but a kill, so no
 // held pod is started unadmitted whatever dispatches it. The kubelet
 // itself passes over unallocated pods' API updates (with
-// InPlacePodVerticalScaling, on by default; without it pods are not
-// held). Housekeeping does not count a held pod active, and every
+// InPlacePodVerticalScaling, on by default, the only way the patch is
+// tested; without it pods are not held). Housekeeping does not count a held pod active, and every
 // housekeeping refuses a held pod deleted meanwhile, so its deletion
 // completes at once. It stays active for the device manager, which keeps
 // its checkpointed devices.
@@ -129,9 +129,12 @@ func (kl *Kubelet) critletHeldForDevices() *critletHolds {
 // before it takes the update: it reports whether the update of pod uid is
 // to be dropped, the pod being held and never admitted. A kill is taken:
 // the pod workers end a pod that never started, and a held pod deleted,
-// its static pod's file removed, or evicted must end.
-func critletPassOverHeld(logger klog.Logger, uid types.UID, update kubetypes.SyncPodType) bool {
-	if update == kubetypes.SyncPodKill {
+// its static pod's file removed, or evicted must end. So is a create for a
+// pod whose worker was asked to terminate (a static pod's file removed and
+// restored): the worker only notes it is to be started again, and
+// housekeeping then removes the worker, so admission finds none.
+func critletPassOverHeld(p *podWorkers, logger klog.Logger, uid types.UID, update kubetypes.SyncPodType) bool {
+	if update == kubetypes.SyncPodKill || update == kubetypes.SyncPodCreate && p.IsPodTerminationRequested(uid) {
 		return false
 	}
 	held := critletLocked(func() bool { return critletDeviceHolds != nil && critletDeviceHolds.h.Has(uid) })
@@ -211,13 +214,19 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 			logger.V(2).Info("Held pod forgotten: it is gone or no longer pending", "podUID", held.UID)
 			continue
 		}
+		if kl.podWorkers.IsPodTerminationRequested(pod.UID) {
+			// Its old worker, ended by a kill, is removed by housekeeping
+			// first: a pod admitted beside it would count as inactive,
+			// and the resource managers could free what it was allocated.
+			continue
+		}
 		start := kl.clock.Now()
 		ok, reason, message := kl.allocationManager.AddPod(ctx, kl.GetActivePods(), pod)
 		if !ok {
 			// The device manager's devices now, not before the attempt:
 			// the plugin may have gone again meanwhile.
 			if reason == lifecycle.UnexpectedAdmissionError && devicewait.PluginAway(message) &&
-				h.Hold(pod.UID, devicewait.Waiting(critletDeviceRequests(pod), kl.critletHealthyDevices(logger)), reason, message, start) {
+				h.Hold(pod.UID, devicewait.WaitingAgain(critletDeviceRequests(pod), kl.critletHealthyDevices(logger)), reason, message, start) {
 				critletmetrics.DeviceReadmissions.WithLabelValues("held").Inc()
 				logger.Info("Held pod refused again for device plugins; it stays held", "pod", klog.KObj(pod), "podUID", pod.UID, "message", message)
 				continue

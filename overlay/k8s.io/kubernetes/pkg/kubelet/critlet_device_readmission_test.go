@@ -41,7 +41,10 @@ type critletPluginState struct {
 	// awayOnAdmit: the plugin goes again as the pod is admitted, after
 	// its devices were listed healthy.
 	awayOnAdmit bool
-	asked       int
+	// awayOnce: one refusal as if the plugin were away, its devices still
+	// listed healthy (it went and came back around the attempt).
+	awayOnce bool
+	asked    int
 }
 
 func (s *critletPluginState) Admit(context.Context, *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
@@ -57,7 +60,8 @@ func (s *critletPluginState) Admit(context.Context, *lifecycle.PodAdmitAttribute
 	case s.awayOnAdmit:
 		s.healthy = 0
 		fallthrough
-	case s.healthy == 0:
+	case s.healthy == 0 || s.awayOnce:
+		s.awayOnce = false
 		return lifecycle.PodAdmitResult{Reason: lifecycle.UnexpectedAdmissionError,
 			Message: "Allocate failed due to cannot allocate unregistered device " + critletWidget + ", which is unexpected"}
 	}
@@ -129,6 +133,15 @@ func critletWidgetPod(name string) *v1.Pod {
 	})
 }
 
+// critletWorker returns the pod workers' sync status of pod uid, if they
+// know it.
+func critletWorker(w *podWorkers, uid types.UID) (*podSyncStatus, bool) {
+	w.podLock.Lock()
+	defer w.podLock.Unlock()
+	s, ok := w.podSyncStatuses[uid]
+	return s, ok
+}
+
 func critletEvents(r *record.FakeRecorder) []string {
 	var out []string
 	for {
@@ -182,7 +195,10 @@ func critletHeldPodAdmittedOnceThePluginIsBack(t *testing.T, static bool) {
 		t.Fatal(err)
 	}
 	if _, found := kl.statusManager.GetPodStatus(pod.UID); found {
-		t.Fatal("the held pod has a status: it was rejected or synced")
+		t.Fatal("the held pod has a status: it was rejected")
+	}
+	if _, ok := critletWorker(kl.podWorkers.(*podWorkers), pod.UID); ok {
+		t.Fatal("the held pod was handed to a pod worker")
 	}
 	if kl.allocationManager.HasPodAllocatedResources(pod.UID) {
 		t.Fatal("the held pod has an allocation: the kubelet would start it on its next update")
@@ -277,6 +293,26 @@ func TestCritletHeldPodRefusedAsUpstreamOtherwise(t *testing.T) {
 			t.Errorf("admission asked %d times after the backoff, want 3", asked)
 		}
 	})
+	t.Run("refused for its plugin though back by the time it is read: held on", func(t *testing.T) {
+		tCtx := ktesting.Init(t)
+		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+		kl := testKubelet.kubelet
+		pod := critletWidgetPod("back-again")
+		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+		plugin.set(1, "")
+		plugin.mu.Lock()
+		plugin.awayOnce = true
+		plugin.mu.Unlock()
+		kl.critletRetryHeldForDevices(tCtx)
+		if _, found := kl.statusManager.GetPodStatus(pod.UID); found || kl.critletHeldForDevices().Len() != 1 {
+			t.Fatal("a held pod refused for a plugin that came back meanwhile was not held on")
+		}
+		testKubelet.fakeClock.Step(2 * time.Second)
+		kl.critletRetryHeldForDevices(tCtx)
+		if !kl.allocationManager.HasPodAllocatedResources(pod.UID) {
+			t.Error("not admitted after its backoff")
+		}
+	})
 	t.Run("deleted while held, its plugin still away", func(t *testing.T) {
 		tCtx := ktesting.Init(t)
 		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
@@ -361,12 +397,7 @@ func TestCritletHeldPodStartsOnlyOnceAdmitted(t *testing.T) {
 	kl := testKubelet.kubelet
 	workers, _, processed := createPodWorkers(klog.Background())
 	kl.podWorkers = workers
-	worker := func(uid types.UID) (*podSyncStatus, bool) {
-		workers.podLock.Lock()
-		defer workers.podLock.Unlock()
-		s, ok := workers.podSyncStatuses[uid]
-		return s, ok
-	}
+	worker := func(uid types.UID) (*podSyncStatus, bool) { return critletWorker(workers, uid) }
 	static := func(name string) (*v1.Pod, *v1.Pod) {
 		pod := critletWidgetPod(name)
 		pod.Annotations = map[string]string{kubetypes.ConfigSourceAnnotationKey: kubetypes.FileSource}
@@ -405,11 +436,11 @@ func TestCritletHeldPodStartsOnlyOnceAdmitted(t *testing.T) {
 	}
 	drainAllWorkers(workers)
 	// Restored before the next housekeeping: upstream skips admission for a
-	// pod whose termination was requested and sends a create, dropped.
+	// pod whose termination was requested and sends a create, which only
+	// marks the ended worker to be started again.
 	kl.HandlePodAdditions(tCtx, []*v1.Pod{restored})
-	kl.critletRetryHeldForDevices(tCtx)
-	if h := kl.critletHeldForDevices(); !h.Has(restored.UID) {
-		t.Fatal("the restored static pod is no longer held: its pod worker's end ended the hold, it would never start")
+	if s, _ := worker(restored.UID); s == nil || !s.restartRequested {
+		t.Fatal("the restored pod's ended worker is not marked to start again: housekeeping would keep it, and the pod never start")
 	}
 	plugin.set(1, "")
 	testKubelet.fakeClock.Step(2 * time.Second)
@@ -417,8 +448,21 @@ func TestCritletHeldPodStartsOnlyOnceAdmitted(t *testing.T) {
 	if _, ok := worker(pod.UID); !ok {
 		t.Fatal("the pod admitted once its plugin was back has no pod worker")
 	}
-	if s, _ := worker(restored.UID); s == nil || !s.restartRequested {
-		t.Error("the restored pod, admitted, is not to be started again by its pod worker")
+	if kl.allocationManager.HasPodAllocatedResources(restored.UID) || !kl.critletHeldForDevices().Has(restored.UID) {
+		t.Fatal("the restored pod was admitted beside its ended worker (inactive: the resource managers could free its allocation)")
+	}
+	// Housekeeping removes the ended worker and, the pod held, does not
+	// start it; the next admits and starts it.
+	if err := kl.HandlePodCleanups(tCtx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := worker(restored.UID); ok {
+		t.Fatal("housekeeping kept the restored pod's ended worker, or started it unadmitted")
+	}
+	testKubelet.fakeClock.Step(2 * time.Second)
+	kl.critletRetryHeldForDevices(tCtx)
+	if _, ok := worker(restored.UID); !ok || !kl.allocationManager.HasPodAllocatedResources(restored.UID) {
+		t.Fatal("the restored pod was not admitted and started once its ended worker was gone")
 	}
 	drainAllWorkers(workers)
 	var updates []kubetypes.SyncPodType
