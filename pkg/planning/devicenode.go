@@ -45,21 +45,22 @@ func DevicePreemptionUnsupported(m NodeManagers, guaranteed bool) string {
 	default:
 		return fmt.Sprintf("the topology manager's policy %q is not one critlet preempts for devices under", m.Topology)
 	}
-	switch {
-	case m.CPU == "none":
-	case m.CPU == "static" && !guaranteed:
-	case m.CPU == "static":
-		return `the CPU manager's policy "static" allocates a Guaranteed pod's CPUs after its devices and may refuse it with its victims gone`
-	default:
-		return fmt.Sprintf("the CPU manager's policy %q is not one critlet preempts for devices under", m.CPU)
+	if why := staticManager("CPU", "CPUs", m.CPU, "none", "static", guaranteed); why != "" {
+		return why
 	}
+	return staticManager("memory", "memory", m.Memory, "None", "Static", guaranteed)
+}
+
+// staticManager returns why the resource manager called name under policy
+// could refuse a pod (guaranteed: a Guaranteed one) whose devices were
+// freed for it, or "": its none policy allocates nothing, its static
+// policy allocates what for Guaranteed pods only.
+func staticManager(name, what, policy, none, static string, guaranteed bool) string {
 	switch {
-	case m.Memory == "None":
-	case m.Memory == "Static" && !guaranteed:
-	case m.Memory == "Static":
-		return `the memory manager's policy "Static" allocates a Guaranteed pod's memory after its devices and may refuse it with its victims gone`
-	default:
-		return fmt.Sprintf("the memory manager's policy %q is not one critlet preempts for devices under", m.Memory)
+	case policy == none, policy == static && !guaranteed:
+		return ""
+	case policy == static:
+		return fmt.Sprintf("the %s manager's policy %q allocates a Guaranteed pod's %s after its devices and may refuse it with its victims gone", name, static, what)
 	}
-	return ""
+	return fmt.Sprintf("the %s manager's policy %q is not one critlet preempts for devices under", name, policy)
 }

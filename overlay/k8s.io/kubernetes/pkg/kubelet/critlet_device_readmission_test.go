@@ -4,6 +4,7 @@ package kubelet
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -131,6 +132,26 @@ func critletWidgetPod(name string) *v1.Pod {
 	return podWithUIDNameNsSpec(types.UID(name), name, "default", v1.PodSpec{
 		Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: one, Limits: one}}},
 	})
+}
+
+// critletRefusedAgain holds a pod called name, brings its plugin back,
+// sets how the device manager refuses the retry, retries, and fails t
+// unless the pod is still held with no status.
+func critletRefusedAgain(t *testing.T, name string, refuse func(*critletPluginState)) (*TestKubelet, *critletPluginState, context.Context) {
+	tCtx := ktesting.Init(t)
+	testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+	kl := testKubelet.kubelet
+	pod := critletWidgetPod(name)
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+	plugin.set(1, "")
+	plugin.mu.Lock()
+	refuse(plugin)
+	plugin.mu.Unlock()
+	kl.critletRetryHeldForDevices(tCtx)
+	if _, found := kl.statusManager.GetPodStatus(pod.UID); found || kl.critletHeldForDevices().Len() != 1 {
+		t.Fatal("a held pod refused again for its plugin was not held on")
+	}
+	return testKubelet, plugin, tCtx
 }
 
 // critletWorker returns the pod workers' sync status of pod uid, if they
@@ -267,19 +288,8 @@ func TestCritletHeldPodRefusedAsUpstreamOtherwise(t *testing.T) {
 		}
 	})
 	t.Run("refused again for its plugin: held on, one backoff step", func(t *testing.T) {
-		tCtx := ktesting.Init(t)
-		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+		testKubelet, plugin, tCtx := critletRefusedAgain(t, "away-again", func(s *critletPluginState) { s.awayOnAdmit = true })
 		kl := testKubelet.kubelet
-		pod := critletWidgetPod("away-again")
-		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
-		plugin.set(1, "")
-		plugin.mu.Lock()
-		plugin.awayOnAdmit = true
-		plugin.mu.Unlock()
-		kl.critletRetryHeldForDevices(tCtx)
-		if _, found := kl.statusManager.GetPodStatus(pod.UID); found || kl.critletHeldForDevices().Len() != 1 {
-			t.Fatal("a held pod refused again for its plugin was not held on")
-		}
 		// Within the backoff step (2 s) it is not tried; after it, it is.
 		plugin.set(1, "")
 		testKubelet.fakeClock.Step(time.Second)
@@ -294,61 +304,42 @@ func TestCritletHeldPodRefusedAsUpstreamOtherwise(t *testing.T) {
 		}
 	})
 	t.Run("refused for its plugin though back by the time it is read: held on", func(t *testing.T) {
-		tCtx := ktesting.Init(t)
-		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+		testKubelet, _, tCtx := critletRefusedAgain(t, "back-again", func(s *critletPluginState) { s.awayOnce = true })
 		kl := testKubelet.kubelet
 		pod := critletWidgetPod("back-again")
-		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
-		plugin.set(1, "")
-		plugin.mu.Lock()
-		plugin.awayOnce = true
-		plugin.mu.Unlock()
-		kl.critletRetryHeldForDevices(tCtx)
-		if _, found := kl.statusManager.GetPodStatus(pod.UID); found || kl.critletHeldForDevices().Len() != 1 {
-			t.Fatal("a held pod refused for a plugin that came back meanwhile was not held on")
-		}
 		testKubelet.fakeClock.Step(2 * time.Second)
 		kl.critletRetryHeldForDevices(tCtx)
 		if !kl.allocationManager.HasPodAllocatedResources(pod.UID) {
 			t.Error("not admitted after its backoff")
 		}
 	})
-	t.Run("deleted while held, its plugin still away", func(t *testing.T) {
-		tCtx := ktesting.Init(t)
-		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
-		kl := testKubelet.kubelet
-		pod := critletWidgetPod("deleted-early")
-		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
-		deleted := pod.DeepCopy()
-		deleted.DeletionTimestamp = &metav1.Time{Time: testKubelet.fakeClock.Now()}
-		kl.podManager.UpdatePod(deleted)
-		// The next housekeeping, long before the window closes.
-		testKubelet.fakeClock.Step(2 * time.Second)
-		kl.critletRetryHeldForDevices(tCtx)
-		checkPodStatus(t, kl, pod, v1.PodFailed)
-		if h := kl.critletHeldForDevices(); h.Len() != 0 {
-			t.Errorf("%d pods still held after the deletion", h.Len())
-		}
-		if asked := plugin.set(0, ""); asked != 1 {
-			t.Errorf("admission asked %d times, want the first refusal only: a deleted pod is not tried again", asked)
-		}
-	})
-	t.Run("deleted while held", func(t *testing.T) {
-		tCtx := ktesting.Init(t)
-		testKubelet, plugin, _ := critletDeviceKubelet(t, true)
-		kl := testKubelet.kubelet
-		pod := critletWidgetPod("deleted")
-		kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
-		deleted := pod.DeepCopy()
-		deleted.DeletionTimestamp = &metav1.Time{Time: testKubelet.fakeClock.Now()}
-		kl.podManager.UpdatePod(deleted)
-		plugin.set(1, "")
-		kl.critletRetryHeldForDevices(tCtx)
-		checkPodStatus(t, kl, pod, v1.PodFailed)
-		if kl.allocationManager.HasPodAllocatedResources(pod.UID) {
-			t.Error("a pod deleted while held was admitted")
-		}
-	})
+	// Deleted while held: refused at the next housekeeping (so that its
+	// deletion completes), its plugin back or not, and never admitted.
+	for _, back := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deleted while held, its plugin back %v", back), func(t *testing.T) {
+			tCtx := ktesting.Init(t)
+			testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+			kl := testKubelet.kubelet
+			pod := critletWidgetPod("deleted")
+			kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+			deleted := pod.DeepCopy()
+			deleted.DeletionTimestamp = &metav1.Time{Time: testKubelet.fakeClock.Now()}
+			kl.podManager.UpdatePod(deleted)
+			if back {
+				plugin.set(1, "")
+			}
+			// The next housekeeping, long before the window closes.
+			testKubelet.fakeClock.Step(2 * time.Second)
+			kl.critletRetryHeldForDevices(tCtx)
+			checkPodStatus(t, kl, pod, v1.PodFailed)
+			if h := kl.critletHeldForDevices(); h.Len() != 0 || kl.allocationManager.HasPodAllocatedResources(pod.UID) {
+				t.Errorf("%d pods still held after the deletion, admitted %v", h.Len(), kl.allocationManager.HasPodAllocatedResources(pod.UID))
+			}
+			if asked := plugin.set(1, ""); asked != 1 {
+				t.Errorf("admission asked %d times, want the first refusal only: a deleted pod is not tried again", asked)
+			}
+		})
+	}
 	for _, c := range []struct {
 		name  string
 		on    bool
