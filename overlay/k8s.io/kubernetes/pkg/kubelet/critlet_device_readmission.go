@@ -73,17 +73,15 @@ var (
 )
 
 // critletHolds is devicewait.Holds with each call under
-// critletDeviceHoldsMu (none calls out, so none can deadlock).
+// critletDeviceHoldsMu (none calls out, so none can deadlock). Each method
+// locks and calls straight through: the build's machine-code proof follows
+// direct calls only.
 type critletHolds struct{ h *devicewait.Holds }
 
-func critletLocked[T any](f func() T) T {
+func (c *critletHolds) Hold(uid types.UID, waiting []string, reason, message string, now time.Time) bool {
 	critletDeviceHoldsMu.Lock()
 	defer critletDeviceHoldsMu.Unlock()
-	return f()
-}
-
-func (c *critletHolds) Hold(uid types.UID, waiting []string, reason, message string, now time.Time) bool {
-	return critletLocked(func() bool { return c.h.Hold(uid, waiting, reason, message, now) })
+	return c.h.Hold(uid, waiting, reason, message, now)
 }
 
 func (c *critletHolds) Next(now time.Time, healthy map[string]int64) (retry, refuse []devicewait.Held) {
@@ -93,20 +91,34 @@ func (c *critletHolds) Next(now time.Time, healthy map[string]int64) (retry, ref
 }
 
 func (c *critletHolds) All() []devicewait.Held {
-	return critletLocked(c.h.All)
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	return c.h.All()
 }
 
 func (c *critletHolds) Forget(uid types.UID) {
-	critletLocked(func() struct{} { c.h.Forget(uid); return struct{}{} })
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	c.h.Forget(uid)
 }
 
 func (c *critletHolds) Has(uid types.UID) bool {
-	return critletLocked(func() bool { return c.h.Has(uid) })
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	return c.h.Has(uid)
 }
 
-func (c *critletHolds) Len() int { return critletLocked(c.h.Len) }
+func (c *critletHolds) Len() int {
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	return c.h.Len()
+}
 
-func (c *critletHolds) Closes() time.Time { return critletLocked(c.h.Closes) }
+func (c *critletHolds) Closes() time.Time {
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	return c.h.Closes()
+}
 
 // critletHeldForDevices returns the pods held for device plugins, or nil
 // when the patch is off. The window opens at the first call, when the
@@ -137,7 +149,9 @@ func critletPassOverHeld(p *podWorkers, logger klog.Logger, uid types.UID, updat
 	if update == kubetypes.SyncPodKill || update == kubetypes.SyncPodCreate && p.IsPodTerminationRequested(uid) {
 		return false
 	}
-	held := critletLocked(func() bool { return critletDeviceHolds != nil && critletDeviceHolds.h.Has(uid) })
+	critletDeviceHoldsMu.Lock()
+	held := critletDeviceHolds != nil && critletDeviceHolds.h.Has(uid)
+	critletDeviceHoldsMu.Unlock()
 	if held {
 		logger.V(3).Info("Pod update passed over: the pod is held for device plugins and has not been admitted")
 	}
