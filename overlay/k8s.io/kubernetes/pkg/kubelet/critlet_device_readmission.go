@@ -146,12 +146,14 @@ func (kl *Kubelet) critletHeldForDevices() *critletHolds {
 // restored): the worker only notes it is to be started again, and
 // housekeeping then removes the worker, so admission finds none.
 func critletPassOverHeld(p *podWorkers, logger klog.Logger, uid types.UID, update kubetypes.SyncPodType) bool {
-	if update == kubetypes.SyncPodKill || update == kubetypes.SyncPodCreate && p.IsPodTerminationRequested(uid) {
+	if update == kubetypes.SyncPodKill {
 		return false
 	}
+	// With the setting off there are no holds: nothing more is read.
 	critletDeviceHoldsMu.Lock()
 	held := critletDeviceHolds != nil && critletDeviceHolds.h.Has(uid)
 	critletDeviceHoldsMu.Unlock()
+	held = held && !(update == kubetypes.SyncPodCreate && p.IsPodTerminationRequested(uid))
 	if held {
 		logger.V(3).Info("Pod update passed over: the pod is held for device plugins and has not been admitted")
 	}
