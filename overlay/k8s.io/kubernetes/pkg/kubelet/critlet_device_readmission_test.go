@@ -467,3 +467,17 @@ func TestCritletHeldPodStartsOnlyOnceAdmitted(t *testing.T) {
 		t.Errorf("%d pods still held after both were admitted", h.Len())
 	}
 }
+
+// With the setting off there are no holds, and the pod workers' guard
+// drops no update: UpdatePod is upstream's.
+func TestCritletGuardDropsNothingWithTheSettingOff(t *testing.T) {
+	testKubelet, _, _ := critletDeviceKubelet(t, false)
+	kl := testKubelet.kubelet
+	kl.HandlePodAdditions(ktesting.Init(t), []*v1.Pod{critletWidgetPod("refused")})
+	workers := kl.podWorkers.(*podWorkers)
+	for _, update := range []kubetypes.SyncPodType{kubetypes.SyncPodCreate, kubetypes.SyncPodUpdate, kubetypes.SyncPodSync, kubetypes.SyncPodKill} {
+		if critletPassOverHeld(workers, klog.Background(), "refused", update) {
+			t.Errorf("setting off: the guard dropped a %v update", update)
+		}
+	}
+}
