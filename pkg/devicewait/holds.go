@@ -24,35 +24,6 @@ import (
 	"github.com/critlet/critlet/pkg/readmission"
 )
 
-// Waiting returns, sorted, the resources of need (devices per resource, as
-// devicedemand.Need counts them) of which healthy (the device manager's
-// healthy devices per resource) has none: the device manager refuses such
-// a pod before the resource's plugin has registered, or while it reports
-// no healthy device. Empty means the pod's refusal is not for a missing
-// plugin. O(r log r) for r resources.
-func Waiting(need, healthy map[string]int64) []string {
-	var out []string
-	for res, n := range need {
-		if n > 0 && healthy[res] == 0 {
-			out = append(out, res)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// WaitingAgain is Waiting for a pod the device manager refused again for a
-// plugin away though healthy (read after the refusal) lists a device of
-// every resource of need: the plugin came back meanwhile, and the pod
-// waits for all of them, so it is held and tried again after its backoff
-// rather than failed. O(r log r) for r resources.
-func WaitingAgain(need, healthy map[string]int64) []string {
-	if w := Waiting(need, healthy); len(w) > 0 {
-		return w
-	}
-	return Waiting(need, nil)
-}
-
 // The device manager's refusals while a resource's plugin is away: not
 // registered (again), or registered with no healthy device. Other handlers
 // refuse with the same reason (UnexpectedAdmissionError), and the device
@@ -62,16 +33,41 @@ var pluginAwayErrors = []string{
 	"no healthy devices present; cannot allocate unhealthy devices ",
 }
 
-// PluginAway reports whether message, an admission refusal's, is the
-// device manager's refusal for a resource whose plugin is away.
-func PluginAway(message string) bool {
-	return slices.ContainsFunc(pluginAwayErrors, func(e string) bool { return strings.Contains(message, e) })
+// AwayPlugin returns the resource whose plugin is away when message, an
+// admission refusal's, is the device manager's refusal for one; ok is
+// false otherwise. The pod waits for that resource only: the device
+// manager names the first it cannot allocate, and a resource the pod
+// requests without a device plugin (a node's extended resource) is never
+// registered, so waiting for every resource without healthy devices would
+// wait for ever. A pod short of two plugins is refused for the second once
+// the first is back, and waits for it then. O(len(message)).
+func AwayPlugin(message string) (resource string, ok bool) {
+	for _, e := range pluginAwayErrors {
+		i := strings.Index(message, e)
+		if i < 0 {
+			continue
+		}
+		rest := message[i+len(e):]
+		// A resource name is a qualified name: letters, digits, '-', '_',
+		// '.' and one '/'; the refusal's wording follows it.
+		end := strings.IndexFunc(rest, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./", r))
+		})
+		if end < 0 {
+			end = len(rest)
+		}
+		if name := strings.TrimRight(rest[:end], "."); name != "" {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // Held is a pod waiting for device plugins.
 type Held struct {
 	UID types.UID
-	// Waiting lists the resources it waits for, as Waiting returned them.
+	// Waiting lists the resources it waits for: the one its last refusal
+	// named (AwayPlugin).
 	Waiting []string
 	// Reason and Message are its last refusal's, as upstream gave them.
 	Reason, Message string

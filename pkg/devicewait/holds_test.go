@@ -16,27 +16,6 @@ import (
 
 const widget, gadget = "example.com/widget", "example.com/gadget"
 
-func TestWaiting(t *testing.T) {
-	cases := []struct {
-		name    string
-		need    map[string]int64
-		healthy map[string]int64
-		want    []string
-	}{
-		{"no plugin back", map[string]int64{widget: 1, gadget: 2}, nil, []string{gadget, widget}},
-		{"no healthy device", map[string]int64{widget: 1}, map[string]int64{widget: 0}, []string{widget}},
-		{"healthy devices, though short", map[string]int64{widget: 3}, map[string]int64{widget: 1}, nil},
-		{"one of two back", map[string]int64{widget: 1, gadget: 1}, map[string]int64{widget: 4}, []string{gadget}},
-		{"nothing more needed", map[string]int64{widget: 0}, nil, nil},
-		{"no devices needed", nil, nil, nil},
-	}
-	for _, c := range cases {
-		if got := Waiting(c.need, c.healthy); !slices.Equal(got, c.want) {
-			t.Errorf("%s: Waiting = %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
 var start = time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 
 func newHolds() *Holds {
@@ -175,17 +154,20 @@ func TestHoldKeepsItsOwnCopy(t *testing.T) {
 	}
 }
 
-func TestPluginAway(t *testing.T) {
-	for msg, want := range map[string]bool{
-		"Allocate failed due to cannot allocate unregistered device example.com/widget, which is unexpected":                                                   true,
-		"Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/widget, which is unexpected":                         true,
-		"Allocate failed due to requested number of devices unavailable for example.com/widget. Requested: 2, Available: 1, which is unexpected":               false,
-		"Allocate failed due to previously allocated devices are no longer healthy; cannot allocate unhealthy devices example.com/widget, which is unexpected": false,
-		"Update plugin resources failed due to Allocation failed, which is unexpected.":                                                                        false,
-		"": false,
+func TestAwayPlugin(t *testing.T) {
+	for msg, want := range map[string]string{
+		"Allocate failed due to cannot allocate unregistered device example.com/widget, which is unexpected":                                                   widget,
+		"Allocate failed due to no healthy devices present; cannot allocate unhealthy devices nvidia.com/mig-1g.5gb, which is unexpected":                      "nvidia.com/mig-1g.5gb",
+		"cannot allocate unregistered device example.com/widget":                                                                                               widget,
+		"Allocate failed due to requested number of devices unavailable for example.com/widget. Requested: 2, Available: 1, which is unexpected":               "",
+		"Allocate failed due to previously allocated devices are no longer healthy; cannot allocate unhealthy devices example.com/widget, which is unexpected": "",
+		"Update plugin resources failed due to Allocation failed, which is unexpected.":                                                                        "",
+		"Allocate failed due to cannot allocate unregistered device , which is unexpected":                                                                     "",
+		"": "",
 	} {
-		if got := PluginAway(msg); got != want {
-			t.Errorf("PluginAway(%q) = %v, want %v", msg, got, want)
+		got, ok := AwayPlugin(msg)
+		if got != want || ok != (want != "") {
+			t.Errorf("AwayPlugin(%q) = %q, %v; want %q, %v", msg, got, ok, want, want != "")
 		}
 	}
 }
@@ -225,20 +207,5 @@ func TestAllListsEveryHeldPodOldestFirst(t *testing.T) {
 	h.Forget("b")
 	if got := uids(h.All()); !slices.Equal(got, []types.UID{"a"}) {
 		t.Errorf("All after Forget(b) = %v, want [a]", got)
-	}
-}
-
-// A pod refused again for a plugin that is back by the time the device
-// manager is read waits for all its resources, not for none.
-func TestWaitingAgain(t *testing.T) {
-	need := map[string]int64{widget: 1, gadget: 2}
-	if got := WaitingAgain(need, map[string]int64{widget: 1}); !slices.Equal(got, []string{gadget}) {
-		t.Errorf("one plugin still away: WaitingAgain = %v, want [%s]", got, gadget)
-	}
-	if got := WaitingAgain(need, map[string]int64{widget: 1, gadget: 4}); !slices.Equal(got, []string{gadget, widget}) {
-		t.Errorf("both back: WaitingAgain = %v, want both", got)
-	}
-	if got := WaitingAgain(nil, nil); len(got) != 0 {
-		t.Errorf("no devices needed: WaitingAgain = %v, want none", got)
 	}
 }

@@ -28,6 +28,15 @@ var qosClasses = map[v1.PodQOSClass]victims.QOSClass{
 //
 // Cost: O(pods × len(reqs)).
 func Candidates(admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement) ([]*v1.Pod, []victims.Candidate, error) {
+	return CandidatesHolding(admitPod, pods, reqs, nil)
+}
+
+// CandidatesHolding is Candidates with each pod credited, for the resources
+// held counts, with what it holds rather than what it requests: a kill
+// frees the devices a pod holds, not its request. A nil held is Candidates.
+//
+// Cost: O(pods × len(reqs)) calls of held at most.
+func CandidatesHolding(admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement, held HeldDevices) ([]*v1.Pod, []victims.Candidate, error) {
 	podLevel := utilfeature.DefaultFeatureGate.Enabled(features.PodLevelResources)
 	names := make([]v1.ResourceName, len(reqs))
 	for j, r := range reqs {
@@ -71,6 +80,11 @@ func Candidates(admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement) ([
 				v = c.CPU
 			default:
 				v = r.value(name)
+				if held != nil {
+					if n, ok := held(pod, name); ok {
+						v = n
+					}
+				}
 			}
 			if v < 0 {
 				return nil, nil, fmt.Errorf("pod %s requests a negative amount of %s", klog.KObj(pod), name)

@@ -7,6 +7,12 @@ import (
 	"github.com/critlet/critlet/pkg/devicedemand"
 )
 
+// HeldDevices counts, for a device-plugin resource the critical pod is
+// short of, the devices of it pod holds that the device manager could
+// allocate (its healthy ones, each counted once); ok is false for any
+// other resource, whose request counts as ever.
+type HeldDevices func(pod *v1.Pod, resource v1.ResourceName) (n int64, ok bool)
+
 // DeviceShortfall returns the admission predicate's reasons less its
 // shortfalls of the resources in short, followed by short's: the device
 // manager, not the node's status, decides what it can allocate. It is what

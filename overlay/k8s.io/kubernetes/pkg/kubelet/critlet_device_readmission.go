@@ -43,15 +43,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
-	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/critletmetrics"
-	"github.com/critlet/critlet/pkg/devicedemand"
 	"github.com/critlet/critlet/pkg/devicewait"
 	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/patched"
@@ -163,15 +162,19 @@ func critletPassOverHeld(p *podWorkers, logger klog.Logger, uid types.UID, updat
 // critletHoldForDevices is called by HandlePodAdditions when admission has
 // refused pod, before it rejects it. It reports whether the pod is held:
 // refused by the device manager for a plugin that is away (unregistered, or
-// no healthy device) while a resource the pod requests has no healthy
-// device, within the window.
+// no healthy device), within the window. The pod waits for the resource
+// the refusal names.
 func (kl *Kubelet) critletHoldForDevices(ctx context.Context, pod *v1.Pod, reason, message string) bool {
 	h := kl.critletHeldForDevices()
-	if h == nil || reason != lifecycle.UnexpectedAdmissionError || !devicewait.PluginAway(message) {
+	if h == nil || reason != lifecycle.UnexpectedAdmissionError {
+		return false
+	}
+	away, ok := devicewait.AwayPlugin(message)
+	if !ok {
 		return false
 	}
 	logger := klog.FromContext(ctx)
-	waiting := devicewait.Waiting(critletDeviceRequests(pod), kl.critletHealthyDevices(logger))
+	waiting := []string{away}
 	if !h.Hold(pod.UID, waiting, reason, message, kl.clock.Now()) {
 		return false
 	}
@@ -239,10 +242,11 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 		start := kl.clock.Now()
 		ok, reason, message := kl.allocationManager.AddPod(ctx, kl.GetActivePods(), pod)
 		if !ok {
-			// The device manager's devices now, not before the attempt:
-			// the plugin may have gone again meanwhile.
-			if reason == lifecycle.UnexpectedAdmissionError && devicewait.PluginAway(message) &&
-				h.Hold(pod.UID, devicewait.WaitingAgain(critletDeviceRequests(pod), kl.critletHealthyDevices(logger)), reason, message, start) {
+			// Refused for a plugin away again, or for another one it
+			// needs: held for the one named, tried again after its
+			// backoff once that has healthy devices.
+			if away, isAway := devicewait.AwayPlugin(message); isAway && reason == lifecycle.UnexpectedAdmissionError &&
+				h.Hold(pod.UID, []string{away}, reason, message, start) {
 				critletmetrics.DeviceReadmissions.WithLabelValues("held").Inc()
 				logger.Info("Held pod refused again for device plugins; it stays held", "pod", klog.KObj(pod), "podUID", pod.UID, "message", message)
 				continue
@@ -294,24 +298,19 @@ func (kl *Kubelet) critletHeldPod(uid types.UID) (*v1.Pod, bool) {
 }
 
 // critletHealthyDevices counts the device manager's healthy devices per
-// resource (its allocatable devices: a read without side effects).
+// resource (its allocatable devices: a read without side effects). A
+// device on several NUMA nodes is listed once per node: counted once.
 func (kl *Kubelet) critletHealthyDevices(logger klog.Logger) map[string]int64 {
-	out := map[string]int64{}
+	ids := map[string]sets.Set[string]{}
 	for _, d := range kl.containerManager.GetAllocatableDevices(logger) {
-		out[d.ResourceName] += int64(len(d.DeviceIds))
+		if ids[d.ResourceName] == nil {
+			ids[d.ResourceName] = sets.New[string]()
+		}
+		ids[d.ResourceName].Insert(d.DeviceIds...)
+	}
+	out := make(map[string]int64, len(ids))
+	for r, s := range ids {
+		out[r] = int64(s.Len())
 	}
 	return out
-}
-
-// critletDeviceRequests is how many devices of each extended resource pod
-// requests, as the device manager counts a new pod's (init containers'
-// devices reused): the devices it needs whether or not it held some before
-// the restart, since a plugin not back offers none.
-func critletDeviceRequests(pod *v1.Pod) map[string]int64 {
-	isExtended := func(res string) bool { return v1helper.IsExtendedResourceName(v1.ResourceName(res)) }
-	need, err := devicedemand.Need(devicedemand.Containers(pod, isExtended, func(string) map[string]int64 { return nil }))
-	if err != nil {
-		return nil
-	}
-	return need
 }

@@ -481,3 +481,28 @@ func TestCritletGuardDropsNothingWithTheSettingOff(t *testing.T) {
 		}
 	}
 }
+
+// A pod that also requests an extended resource no device plugin serves (a
+// node's own, in its status) waits only for the plugin the device manager
+// named, and is admitted once that is back: the node's resource never has
+// healthy devices.
+func TestCritletHeldPodWaitsOnlyForThePluginNamed(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+	kl := testKubelet.kubelet
+	pod := critletWidgetPod("gpu-and-dongle")
+	dongle := v1.ResourceName("example.com/dongle")
+	for _, l := range []v1.ResourceList{pod.Spec.Containers[0].Resources.Requests, pod.Spec.Containers[0].Resources.Limits} {
+		l[dongle] = resource.MustParse("1")
+	}
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+	held := kl.critletHeldForDevices().All()
+	if len(held) != 1 || !slices.Equal(held[0].Waiting, []string{critletWidget}) {
+		t.Fatalf("held = %+v, want the pod waiting for %s only", held, critletWidget)
+	}
+	plugin.set(1, "")
+	kl.critletRetryHeldForDevices(tCtx)
+	if !kl.allocationManager.HasPodAllocatedResources(pod.UID) {
+		t.Fatalf("the pod was not admitted once %s was back (held: %+v)", critletWidget, kl.critletHeldForDevices().All())
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -48,7 +49,7 @@ const (
 func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHandler, allocateAt int, kubeCfg *kubeletconfig.KubeletConfiguration,
 	devices podresources.DevicesProvider, getNode func(context.Context, bool) (*v1.Node, error),
 	pluginResources func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error,
-	preempt lifecycle.AdmissionFailureHandler, activePods func() []*v1.Pod, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
+	preempt critletDeviceShortfallHandler, activePods func() []*v1.Pod, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
 	if !kubeletstate.Get().Settings.On(patched.CriticalDevicePreemption) {
 		return handlers
 	}
@@ -91,6 +92,12 @@ func critletWrapAllocateHandler(handlers []lifecycle.PodAdmitHandler, allocateAt
 	return out, nil
 }
 
+// critletDeviceShortfallHandler is critlet's critical-pod handler
+// (pkg/kubelet/preemption), which weighs each pod by the devices it holds.
+type critletDeviceShortfallHandler interface {
+	HandleDeviceShortfall(ctx context.Context, pod *v1.Pod, reasons []lifecycle.PredicateFailureReason, op lifecycle.Operation, held planning.HeldDevices) ([]lifecycle.PredicateFailureReason, error)
+}
+
 // critletDevicePreemption is the container manager's allocate handler
 // with critical pods' device shortfalls preempted.
 type critletDevicePreemption struct {
@@ -103,7 +110,7 @@ type critletDevicePreemption struct {
 	// probe builds upstream's predicate handler around a failure handler,
 	// so the native shortfall joins the devices' in one selection.
 	probe      func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler
-	preempt    lifecycle.AdmissionFailureHandler
+	preempt    critletDeviceShortfallHandler
 	activePods func() []*v1.Pod
 	wait, poll time.Duration
 }
@@ -135,7 +142,7 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		return refused
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
-	short, err := w.shortages(logger, attrs)
+	short, held, err := w.shortages(logger, attrs)
 	if err != nil {
 		logger.Info("Not preempting for devices: the pod's device request cannot be allocated as it is", "err", err)
 		return refused
@@ -163,7 +170,7 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		return refused
 	}
 	logger.Info("Critical pod refused for devices; preempting their holders", "shortfall", critletDescribe(reasons))
-	left, err := w.preempt.HandleAdmissionFailure(ctx, attrs.Pod, reasons, attrs.Operation)
+	left, err := w.preempt.HandleDeviceShortfall(ctx, attrs.Pod, reasons, attrs.Operation, held)
 	if err != nil || len(left) > 0 {
 		logger.Info("No set of pods frees enough devices; refusing as upstream", "err", err, "left", critletDescribe(left))
 		critletmetrics.DevicePreemptions.WithLabelValues("no_victims").Inc()
@@ -190,10 +197,14 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 
 // shortages is what the device manager lacks to allocate attrs.Pod, by
 // device-plugin resource, from its healthy devices and those the pod and
-// the other active pods hold.
-func (w *critletDevicePreemption) shortages(logger klog.Logger, attrs *lifecycle.PodAdmitAttributes) ([]devicedemand.Shortage, error) {
+// the other active pods hold; and, for the resources short, how many of
+// their healthy devices each other pod holds: what killing it frees.
+func (w *critletDevicePreemption) shortages(logger klog.Logger, attrs *lifecycle.PodAdmitAttributes) ([]devicedemand.Shortage, planning.HeldDevices, error) {
 	healthy := critletDeviceIDs(w.devices.GetAllocatableDevices(logger))
 	held := map[string][]string{}
+	// heldBy[pod][r]: the devices of r each pod holds, init and app
+	// containers' together (an app container reuses an init container's).
+	heldBy := map[types.UID]map[string]sets.Set[string]{}
 	// own[container][r]: what the pod itself already holds, read once with
 	// everyone else's.
 	own := map[string]map[string]int64{}
@@ -201,6 +212,13 @@ func (w *critletDevicePreemption) shortages(logger klog.Logger, attrs *lifecycle
 		for _, name := range critletContainerNames(p) {
 			for r, ids := range critletDeviceIDs(w.devices.GetDevices(string(p.UID), name)) {
 				held[r] = append(held[r], ids...)
+				if heldBy[p.UID] == nil {
+					heldBy[p.UID] = map[string]sets.Set[string]{}
+				}
+				if heldBy[p.UID][r] == nil {
+					heldBy[p.UID][r] = sets.New[string]()
+				}
+				heldBy[p.UID][r].Insert(ids...)
 				if i == 0 {
 					if own[name] == nil {
 						own[name] = map[string]int64{}
@@ -216,9 +234,23 @@ func (w *critletDevicePreemption) shortages(logger klog.Logger, attrs *lifecycle
 	containers := devicedemand.Containers(attrs.Pod, isDevice, func(container string) map[string]int64 { return own[container] })
 	need, err := devicedemand.Need(containers)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return devicedemand.Shortages(need, healthy, held), nil
+	short := devicedemand.Shortages(need, healthy, held)
+	usable := map[string]sets.Set[string]{}
+	for _, s := range short {
+		usable[s.Resource] = sets.New(healthy[s.Resource]...)
+	}
+	// An unhealthy device, or one whose ID the plugin no longer lists (a
+	// re-registration, a MIG change), is no use to the critical pod.
+	heldDevices := func(p *v1.Pod, r v1.ResourceName) (int64, bool) {
+		ok := usable[string(r)]
+		if ok == nil {
+			return 0, false
+		}
+		return int64(heldBy[p.UID][string(r)].Intersection(ok).Len()), true
+	}
+	return short, heldDevices, nil
 }
 
 // withNativeShortfall runs upstream's predicate on attrs to learn what else
@@ -300,11 +332,22 @@ func critletStillHolding(devices podresources.DevicesProvider, pods []*v1.Pod) [
 	return out
 }
 
-// critletDeviceIDs groups device IDs by resource.
+// critletDeviceIDs groups device IDs by resource, each once: the device
+// manager lists a device on several NUMA nodes once per node.
 func critletDeviceIDs(devs []*podresourcesapi.ContainerDevices) map[string][]string {
 	out := map[string][]string{}
+	seen := map[string]sets.Set[string]{}
 	for _, d := range devs {
-		out[d.GetResourceName()] = append(out[d.GetResourceName()], d.GetDeviceIds()...)
+		r := d.GetResourceName()
+		if seen[r] == nil {
+			seen[r] = sets.New[string]()
+		}
+		for _, id := range d.GetDeviceIds() {
+			if !seen[r].Has(id) {
+				seen[r].Insert(id)
+				out[r] = append(out[r], id)
+			}
+		}
 	}
 	return out
 }

@@ -51,6 +51,9 @@ type critletDeviceNode struct {
 	// handler's, or the topology manager's.
 	refuseWith  *lifecycle.PodAdmitResult
 	allocations int
+	// numaNodes lists each device this many times, as the device manager
+	// lists a device on several NUMA nodes once per node (0 means once).
+	numaNodes int
 }
 
 // critletCountRefusal is the device manager's refusal for too few free
@@ -69,7 +72,9 @@ var critletTopologyRefusal = lifecycle.PodAdmitResult{Reason: "TopologyAffinityE
 func (n *critletDeviceNode) GetAllocatableDevices(klog.Logger) []*podresourcesapi.ContainerDevices {
 	var out []*podresourcesapi.ContainerDevices
 	for _, id := range n.healthy {
-		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletGPU, DeviceIds: []string{id}})
+		for range max(n.numaNodes, 1) {
+			out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletGPU, DeviceIds: []string{id}})
+		}
 	}
 	return out
 }
@@ -79,7 +84,11 @@ func (n *critletDeviceNode) GetDevices(podUID, container string) []*podresources
 	if len(ids) == 0 {
 		return nil
 	}
-	return []*podresourcesapi.ContainerDevices{{ResourceName: critletGPU, DeviceIds: ids}}
+	var out []*podresourcesapi.ContainerDevices
+	for range max(n.numaNodes, 1) {
+		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletGPU, DeviceIds: ids})
+	}
+	return out
 }
 
 func (n *critletDeviceNode) UpdateAllocatedDevices(klog.Logger) {
@@ -148,19 +157,21 @@ func (n *critletDeviceNode) activePods(pods []*v1.Pod) func() []*v1.Pod {
 }
 
 // critletKiller stands for the critical-pod handler: it records the
-// shortfall it is given and kills the pods it was told to choose.
+// shortfall and the devices held it is given, and kills the pods it was
+// told to choose.
 type critletKiller struct {
 	node    *critletDeviceNode
 	choose  []types.UID
 	err     error
 	got     []lifecycle.PredicateFailureReason
+	held    planning.HeldDevices
 	calls   int
 	leftout []lifecycle.PredicateFailureReason
 }
 
-func (k *critletKiller) HandleAdmissionFailure(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, _ lifecycle.Operation) ([]lifecycle.PredicateFailureReason, error) {
+func (k *critletKiller) HandleDeviceShortfall(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, _ lifecycle.Operation, held planning.HeldDevices) ([]lifecycle.PredicateFailureReason, error) {
 	k.calls++
-	k.got = reasons
+	k.got, k.held = reasons, held
 	if k.err != nil {
 		return reasons, k.err
 	}
@@ -531,6 +542,50 @@ func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
 	for _, at := range []int{-1, 2, 3} {
 		if _, err := critletWrapAllocateHandler(handlers, at, func(h lifecycle.PodAdmitHandler) lifecycle.PodAdmitHandler { return h }); err == nil || !strings.Contains(err.Error(), "not before the predicate handler") {
 			t.Errorf("allocate handler at %d: %v, want a refusal", at, err)
+		}
+	}
+}
+
+// Each pod is credited with the healthy devices it holds, each once: a pod
+// holding only an unhealthy device (or an ID the plugin no longer lists)
+// frees nothing the critical pod can use, and a device on two NUMA nodes
+// is one device, for the other pods and for the critical pod's own (a
+// container that holds its devices keeps them). The native resources'
+// requests stand.
+func TestCritletDevicePreemptionCreditsHealthyHeldDevices(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	n.numaNodes = 2
+	n.healthy = append(n.healthy, "d4")
+	one := v1.ResourceList{critletGPU: resource.MustParse("1")}
+	critical.Spec.Containers = append(critical.Spec.Containers, v1.Container{Name: "side", Resources: v1.ResourceRequirements{Requests: one, Limits: one}})
+	n.holds[critical.UID] = map[string][]string{"side": {"d4"}}
+	n.active[critical.UID] = true
+	stale := critletPod("stale", "1", 1, 0)
+	n.holds[stale.UID] = map[string][]string{"c": {"gone"}}
+	n.active[stale.UID] = true
+	pods = append(pods, stale)
+	w.activePods = n.activePods(pods)
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); !res.Admit {
+		t.Fatalf("refused: %+v", res)
+	}
+	if short := critletShortOf(t, k.got); short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 5, Capacity: 5}) {
+		t.Fatalf("shortfall = %+v, want 2 more devices of 5 all used, each device counted once", short)
+	}
+	for _, c := range []struct {
+		pod  *v1.Pod
+		res  v1.ResourceName
+		want int64
+		ok   bool
+	}{
+		{pods[0], critletGPU, 1, true},
+		{stale, critletGPU, 0, true},
+		{critical, critletGPU, 1, true}, // d4, listed on two NUMA nodes
+		{pods[0], v1.ResourceCPU, 0, false},
+	} {
+		if got, ok := k.held(c.pod, c.res); got != c.want || ok != c.ok {
+			t.Errorf("held(%s, %s) = %d, %v; want %d, %v", c.pod.Name, c.res, got, ok, c.want, c.ok)
 		}
 	}
 }

@@ -48,10 +48,11 @@ type failure struct {
 // terminates the chosen victims and, for those that fail to terminate,
 // chooses further victims for what is still missing, at most MaxReplans
 // times and never once ctx is done; then the pod is admitted, as the stock
-// kubelet admits it after failed kills.
-func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time, admitPod *v1.Pod, reqs []victims.Requirement) error {
+// kubelet admits it after failed kills. held, when not nil, credits pods
+// with the devices they hold (planning.CandidatesHolding).
+func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time, admitPod *v1.Pod, reqs []victims.Requirement, held planning.HeldDevices) error {
 	policy := string(c.opts.Policy)
-	pods, cands, err := planning.Candidates(admitPod, c.getPodsFunc(), reqs)
+	pods, cands, err := planning.CandidatesHolding(admitPod, c.getPodsFunc(), reqs, held)
 	if err != nil {
 		return c.refuse(admitPod, err)
 	}

@@ -83,7 +83,23 @@ func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context
 		// Only resource shortfalls can be fixed by preemption; report the rest.
 		return other, nil
 	}
-	return nil, c.admit(ctx, start, admitPod, reqs)
+	return nil, c.admit(ctx, start, admitPod, reqs, nil)
+}
+
+// HandleDeviceShortfall is HandleAdmissionFailure for the
+// critical-device-preemption patch, whose reasons include the device
+// manager's shortfall: each pod is credited with the devices held counts
+// for it, not its request, for the resources held counts.
+func (c *CriticalPodAdmissionHandler) HandleDeviceShortfall(ctx context.Context, admitPod *v1.Pod, failureReasons []lifecycle.PredicateFailureReason, operation lifecycle.Operation, held planning.HeldDevices) ([]lifecycle.PredicateFailureReason, error) {
+	if !kubetypes.IsCriticalPod(admitPod) || operation != lifecycle.AddOperation {
+		return failureReasons, nil
+	}
+	start := time.Now()
+	reqs, other := planning.Shortfall(failureReasons)
+	if len(other) > 0 {
+		return other, nil
+	}
+	return nil, c.admit(ctx, start, admitPod, reqs, held)
 }
 
 // refuse records why admitPod cannot be admitted and returns the error the

@@ -328,3 +328,51 @@ func TestNearTieNodeMatchesStock(t *testing.T) {
 		}
 	}
 }
+
+// With the device preemption's held devices, a pod is weighed by the
+// devices it holds: the pod whose request matches the shortfall but holds
+// no usable device is passed over for one that does.
+func TestHandleDeviceShortfallWeighsHeldDevices(t *testing.T) {
+	const gpu = v1.ResourceName("example.com/gpu")
+	withGPU := func(p *v1.Pod) *v1.Pod {
+		p = p.DeepCopy()
+		p.Spec.Containers[0].Resources.Requests[gpu] = resource.MustParse("1")
+		return p
+	}
+	stale, holder := withGPU(smallBurstable), withGPU(largeBurstable)
+	pods := []*v1.Pod{stale, holder}
+	critical := withGPU(clusterCritPod)
+	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}
+	heldByHolder := func(p *v1.Pod, r v1.ResourceName) (int64, bool) {
+		if r != gpu {
+			return 0, false
+		}
+		if p.UID == holder.UID {
+			return 1, true
+		}
+		return 0, true
+	}
+	for _, c := range []struct {
+		name string
+		held func(*v1.Pod, v1.ResourceName) (int64, bool)
+		want []string
+	}{
+		// Upstream's rule: the smaller pod is as close to the shortfall.
+		{"requests", nil, []string{stale.Name}},
+		{"held devices", heldByHolder, []string{holder.Name}},
+	} {
+		var killed []string
+		h := newHandler(func() []*v1.Pod { return pods },
+			func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
+				killed = append(killed, pod.Name)
+				return nil
+			}, record.NewFakeRecorder(10), settings.Upstream())
+		left, err := h.HandleDeviceShortfall(context.Background(), critical, reasons, lifecycle.AddOperation, c.held)
+		if err != nil || len(left) != 0 {
+			t.Fatalf("%s: left %v, err %v", c.name, left, err)
+		}
+		if !slices.Equal(killed, c.want) {
+			t.Errorf("weighed by %s: killed %v, want %v", c.name, killed, c.want)
+		}
+	}
+}
