@@ -243,11 +243,16 @@ func TestMaxPods(t *testing.T) {
 // one (predicted here with upstream's handler, as for cpu and memory), and
 // the critical pod runs on the victims' widgets. A pod asking for more
 // widgets than the node has is refused by every kubelet, nothing killed.
+// With the setting on a node whose topology manager is single-numa-node,
+// where freed widgets could still be refused for their alignment, nothing
+// is killed: each pod short of widgets is refused as upstream refuses it,
+// with a DevicePreemptionSkipped event saying why.
 func TestDevicePluginResource(t *testing.T) {
 	const widget = v1.ResourceName("critlet.example/widget")
-	opts := scenarioOptions{critletVariants: []kubeletUnderTest{devicePreempting}, timeout: 12 * time.Minute}
+	opts := scenarioOptions{critletVariants: []kubeletUnderTest{devicePreempting, devicePreemptingSingleNUMA}, timeout: 12 * time.Minute}
 	runScenario(t, "6 device-plugin resource", opts, func(e *env) {
 		preempts := e.kubelet.name == devicePreempting.name
+		skips := e.kubelet.name == devicePreemptingSingleNUMA.name
 		allocated := e.startDevicePlugin(string(widget), "widget-0", "widget-1", "widget-2", "widget-3")
 		e.waitAllocatable(widget, 4)
 		e.ensurePriorityClass("critlet-e2e-high", 1000)
@@ -300,10 +305,29 @@ func TestDevicePluginResource(t *testing.T) {
 			}
 			e.expectVictims()
 		}
+		for _, s := range []podSpec{tooMany, two, cpu} {
+			p, err := e.get(s.pod(e.node))
+			if err != nil {
+				e.t.Fatalf("getting %s: %v", s.name, err)
+			}
+			want := 0
+			if skips {
+				want = 1
+				e.waitEvent([]*v1.Pod{p}, "DevicePreemptionSkipped", 30*time.Second) // events are sent after the status
+			}
+			if got := e.eventCount(p, "DevicePreemptionSkipped"); got != want {
+				e.t.Errorf("%s: %d DevicePreemptionSkipped events, want %d", s.name, got, want)
+			}
+		}
 	})
 }
 
-var devicePreempting = critletKubelet.with([]string{"--critical-preemption-devices"}, nil)
+var (
+	devicePreempting = critletKubelet.with([]string{"--critical-preemption-devices"}, nil)
+	// The setting on a node that aligns devices to NUMA nodes: it never
+	// preempts for them there.
+	devicePreemptingSingleNUMA = critletKubelet.with([]string{"--critical-preemption-devices", "--topology-manager-policy=single-numa-node"}, nil)
+)
 
 // expectDevicePreemption creates the critical pod s, short of devices of
 // resource, and checks the outcome: with preempts, exactly the victims

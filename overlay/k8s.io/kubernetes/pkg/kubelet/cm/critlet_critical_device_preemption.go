@@ -5,6 +5,7 @@ package cm
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -208,7 +209,7 @@ func (w *critletDevicePreemption) shortages(logger klog.Logger, attrs *lifecycle
 	// own[container][r]: what the pod itself already holds, read once with
 	// everyone else's.
 	own := map[string]map[string]int64{}
-	for i, p := range append([]*v1.Pod{attrs.Pod}, attrs.OtherPods...) {
+	for i, p := range w.holders(attrs) {
 		for _, name := range critletContainerNames(p) {
 			for r, ids := range critletDeviceIDs(w.devices.GetDevices(string(p.UID), name)) {
 				held[r] = append(held[r], ids...)
@@ -251,6 +252,22 @@ func (w *critletDevicePreemption) shortages(logger klog.Logger, attrs *lifecycle
 		return int64(heldBy[p.UID][string(r)].Intersection(ok).Len()), true
 	}
 	return short, heldDevices, nil
+}
+
+// holders is attrs.Pod, then every other pod that may hold devices: the
+// other pods the handlers weigh (those allocated), and the active pods
+// not among them, such as a pod device-readmission holds, whose devices
+// checkpointed before a reboot the device manager keeps for it.
+func (w *critletDevicePreemption) holders(attrs *lifecycle.PodAdmitAttributes) []*v1.Pod {
+	seen := map[types.UID]bool{attrs.Pod.UID: true}
+	out := []*v1.Pod{attrs.Pod}
+	for _, p := range append(slices.Clone(attrs.OtherPods), w.activePods()...) {
+		if !seen[p.UID] {
+			seen[p.UID] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // withNativeShortfall runs upstream's predicate on attrs to learn what else

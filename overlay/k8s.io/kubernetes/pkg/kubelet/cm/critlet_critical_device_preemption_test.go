@@ -589,3 +589,22 @@ func TestCritletDevicePreemptionCreditsHealthyHeldDevices(t *testing.T) {
 		}
 	}
 }
+
+// Devices the device manager keeps for an active pod the handlers do not
+// weigh (one device-readmission holds, with no allocation) are used: the
+// shortfall counts them, or the victims chosen would free too little.
+func TestCritletDevicePreemptionCountsDevicesOfPodsNotAllocated(t *testing.T) {
+	n, pods, critical, k, w := critletSetup("500m")
+	n.healthy = append(n.healthy, "d4")
+	held := critletPod("held", "1", 1, 0)
+	n.holds[held.UID] = map[string][]string{"c": {"d4"}}
+	n.active[held.UID] = true
+	w.activePods = n.activePods(append(slices.Clone(pods), held))
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+		t.Fatalf("refused: %+v", res)
+	}
+	if short := critletShortOf(t, k.got); short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 5, Capacity: 5}) {
+		t.Fatalf("shortfall = %+v, want 2 devices of 5, the held pod's among those used", short)
+	}
+}
