@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/critlet/critlet/pkg/victims"
@@ -161,5 +162,49 @@ spec:
 	want := []Shortage{{Resource: "example.com/dongle", Device: true, Missing: 1, Requested: 1, Used: 1, Capacity: 1}}
 	if !reflect.DeepEqual(ex.Shortfall, want) {
 		t.Errorf("one healthy dongle, two held: shortfall %+v, want %+v", ex.Shortfall, want)
+	}
+}
+
+// For a device shortfall critlet-explain breaks full ties for the fewest
+// victims, as the patch does: both Burstable holders free the gpu, and the
+// later one would leave the nic to the BestEffort pod.
+func TestDeviceVictimsFewestOnATie(t *testing.T) {
+	node, _ := fixtures(t)
+	node.Status.Allocatable["example.com/gpu"] = resource.MustParse("5")
+	node.Status.Allocatable["example.com/nic"] = resource.MustParse("3")
+	holder := func(name, qos, devices string) *v1.Pod {
+		resources := `{requests: {cpu: 100m, memory: 64Mi, ` + devices + `}, limits: {` + devices + `}}`
+		if qos == "BestEffort" {
+			resources = `{requests: {` + devices + `}, limits: {` + devices + `}}`
+		}
+		p := podFrom(t, `
+apiVersion: v1
+kind: Pod
+metadata: {name: `+name+`, namespace: default, uid: `+name+`}
+spec:
+  nodeName: worker-1
+  containers:
+  - {name: main, image: registry.example/batch:1, resources: `+resources+`}
+`)
+		p.Status.Phase = v1.PodRunning
+		return p
+	}
+	pods := []*v1.Pod{
+		holder("both", "Burstable", `example.com/gpu: 2, example.com/nic: 2`),
+		holder("nic-only", "BestEffort", `example.com/nic: 1`),
+		holder("gpus-only", "Burstable", `example.com/gpu: 3`),
+	}
+	ex, err := Explain(context.Background(), Input{Node: node, Pods: pods, Pod: podFrom(t, agent("{example.com/gpu: 1, example.com/nic: 1}")),
+		Policies: victims.Policies, DevicePreemption: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Verdict != AdmittedAfterPreemption {
+		t.Fatalf("verdict %s (%s %s), want admitted after preemption", ex.Verdict, ex.Reason, ex.Message)
+	}
+	for _, p := range ex.Policies {
+		if got := names(p.Victims); !reflect.DeepEqual(got, []string{"default/both"}) {
+			t.Errorf("%s: victims %v, want default/both alone", p.Policy, got)
+		}
 	}
 }

@@ -146,6 +146,7 @@ func explainDeviceRefusal(ctx context.Context, ex *Explanation, pod *v1.Pod, dev
 			return ex, nil
 		}
 	}
+	h.forDevices = true
 	_, err := h.HandleAdmissionFailure(ctx, pod, planning.DeviceShortfall(capture.reasons, short), lifecycle.AddOperation)
 	if h.err != nil {
 		return nil, h.err
@@ -183,6 +184,9 @@ type planner struct {
 	policies []victims.Policy
 	active   []*v1.Pod
 	devices  deviceView
+	// forDevices: planning for a device shortfall, as the
+	// critical-device-preemption patch does (planning.PlanForDevices).
+	forDevices bool
 
 	called    bool
 	shortfall []Shortage
@@ -210,7 +214,11 @@ func (p *planner) HandleAdmissionFailure(_ context.Context, admitPod *v1.Pod, re
 	}
 	var first error
 	for i, policy := range p.policies {
-		pods, err := planning.Plan(policy, admitPod, p.active, reqs)
+		choose := planning.Plan
+		if p.forDevices {
+			choose = planning.PlanForDevices
+		}
+		pods, err := choose(policy, admitPod, p.active, reqs)
 		var input *victims.InputError
 		if errors.As(err, &input) {
 			p.err = inputErrorf("the node's pods cannot be planned with: %v", err)

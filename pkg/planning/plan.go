@@ -40,11 +40,23 @@ func Shortfall(reasons []lifecycle.PredicateFailureReason) ([]victims.Requiremen
 // options.Options.MaxReplans); with the defaults, Plan is the whole choice. Errors
 // are those of victims.Select: nothing would be preempted.
 func Plan(policy victims.Policy, admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement) ([]*v1.Pod, error) {
+	return plan(victims.Select, policy, admitPod, pods, reqs)
+}
+
+// PlanForDevices is Plan as the critical-device-preemption patch chooses
+// for a device shortfall: full ties broken for the fewest victims
+// (victims.SelectFewest).
+func PlanForDevices(policy victims.Policy, admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement) ([]*v1.Pod, error) {
+	return plan(victims.SelectFewest, policy, admitPod, pods, reqs)
+}
+
+func plan(choose func(victims.Policy, []victims.Requirement, []victims.Candidate) ([]int, error),
+	policy victims.Policy, admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement) ([]*v1.Pod, error) {
 	kept, cands, err := Candidates(admitPod, pods, reqs)
 	if err != nil {
 		return nil, err
 	}
-	plan, err := victims.Select(policy, reqs, cands)
+	plan, err := choose(policy, reqs, cands)
 	if err != nil {
 		return nil, err
 	}

@@ -129,6 +129,11 @@ func FuzzSelect(f *testing.F) {
 			if !reflect.DeepEqual(plan, again) || fmt.Sprint(err) != fmt.Sprint(err2) {
 				t.Fatalf("%s: not deterministic: %v/%v then %v/%v", policy, plan, err, again, err2)
 			}
+			fewest, ferr := SelectFewest(policy, reqs, cands)
+			checkPlan(t, reqs, cands, fewest, ferr)
+			if (err == nil) != (ferr == nil) || len(fewest) > len(plan) {
+				t.Fatalf("%s: SelectFewest %v/%v against Select %v/%v", policy, fewest, ferr, plan, err)
+			}
 			if err != nil || !valid(reqs, cands) {
 				continue
 			}

@@ -169,6 +169,19 @@ func unmet(reqs []Requirement, rest []int64) *UnmetError {
 // Any pod it preempts has priority <= P, and the need cannot be met below P,
 // so no pod is preempted where pods of lower priority alone would do.
 func selectPriority(reqs []Requirement, cands []Candidate) ([]int, error) {
+	keep, ok := priorityCeiling(reqs, cands)
+	if !ok {
+		// Either nothing can cover the need, or nothing is needed: the
+		// upstream rule reports both the same way.
+		return selectUpstream(reqs, cands, nil)
+	}
+	return selectUpstream(reqs, cands, keep)
+}
+
+// priorityCeiling returns which candidates selectPriority may take: those
+// at or below the lowest priority whose candidates cover the need. ok is
+// false when no priority does, or nothing is needed.
+func priorityCeiling(reqs []Requirement, cands []Candidate) (keep func(int) bool, ok bool) {
 	order := make([]int, len(cands))
 	for i := range order {
 		order[i] = i
@@ -187,11 +200,9 @@ func selectPriority(reqs []Requirement, cands []Candidate) ([]int, error) {
 		ceiling = int64(p)
 	}
 	if open(rest) || ceiling == math.MinInt64 {
-		// Either nothing can cover the need, or nothing is needed: the
-		// upstream rule reports both the same way.
-		return selectUpstream(reqs, cands, nil)
+		return nil, false
 	}
-	return selectUpstream(reqs, cands, func(i int) bool { return int64(cands[i].Priority) <= ceiling })
+	return func(i int) bool { return int64(cands[i].Priority) <= ceiling }, true
 }
 
 // Remaining returns reqs less what the given candidates free, each quantity

@@ -30,6 +30,9 @@ type admission struct {
 	victims []*v1.Pod
 	failed  []failure
 	replans int
+	// choose selects victims: victims.Select, or for a device shortfall
+	// victims.SelectFewest (ties broken for the fewest victims).
+	choose func(victims.Policy, []victims.Requirement, []victims.Candidate) ([]int, error)
 
 	// With --critical-preemption-resume: where the preemption is recorded,
 	// the record, and the victims a previous kubelet had already signalled.
@@ -48,8 +51,10 @@ type failure struct {
 // terminates the chosen victims and, for those that fail to terminate,
 // chooses further victims for what is still missing, at most MaxReplans
 // times and never once ctx is done; then the pod is admitted, as the stock
-// kubelet admits it after failed kills. held, when not nil, credits pods
-// with the devices they hold (planning.CandidatesHolding).
+// kubelet admits it after failed kills. held, when not nil (a device
+// shortfall), credits pods with the devices they hold
+// (planning.CandidatesHolding) and breaks ties for the fewest victims
+// (victims.SelectFewest).
 func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time, admitPod *v1.Pod, reqs []victims.Requirement, held planning.HeldDevices) error {
 	policy := string(c.opts.Policy)
 	pods, cands, err := planning.CandidatesHolding(admitPod, c.getPodsFunc(), reqs, held)
@@ -57,7 +62,10 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 		return c.refuse(admitPod, err)
 	}
 	a := &admission{handler: c, logger: klog.FromContext(ctx), admitPod: admitPod, reqs: reqs,
-		slots: termination.NewSlots(c.opts.Parallelism)}
+		slots: termination.NewSlots(c.opts.Parallelism), choose: victims.Select}
+	if held != nil {
+		a.choose = victims.SelectFewest
+	}
 	selecting := time.Now()
 	plan, err := a.resumeOrSelect(pods, cands)
 	selection := time.Since(selecting)
@@ -99,7 +107,7 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 		// a pod already tried in this admission.
 		untried, sub := untriedCandidates(cands, tried)
 		selecting = time.Now()
-		next, err := victims.Select(c.opts.Policy, rest, sub)
+		next, err := a.choose(c.opts.Policy, rest, sub)
 		selection += time.Since(selecting)
 		if err != nil {
 			a.logger.Info("Cannot re-plan critical-pod preemption", "requestingPod", klog.KObj(admitPod), "err", err)

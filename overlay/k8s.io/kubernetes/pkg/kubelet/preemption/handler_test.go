@@ -376,3 +376,51 @@ func TestHandleDeviceShortfallWeighsHeldDevices(t *testing.T) {
 		}
 	}
 }
+
+// For a device shortfall, a full tie is broken for the fewest victims:
+// both Burstable pods free the gpu the BestEffort pod cannot, and the
+// stock kubelet takes the later one, whose nic the BestEffort pod must
+// then free too; the earlier one frees both alone.
+func TestHandleDeviceShortfallBreaksTiesForFewestVictims(t *testing.T) {
+	const gpu, nic = v1.ResourceName("example.com/gpu"), v1.ResourceName("example.com/nic")
+	holding := func(name string, qos bool, gpus, nics int64) *v1.Pod {
+		p := castPod(name, "100m", "64Mi", false, nil)
+		if !qos {
+			p = castPod(name, "", "", false, nil)
+		}
+		if p.Spec.Containers[0].Resources.Requests == nil {
+			p.Spec.Containers[0].Resources.Requests = v1.ResourceList{}
+		}
+		p.Spec.Containers[0].Resources.Requests[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		p.Spec.Containers[0].Resources.Requests[nic] = *resource.NewQuantity(nics, resource.DecimalSI)
+		return p
+	}
+	pods := []*v1.Pod{holding("both", true, 2, 2), holding("nic-only", false, 0, 1), holding("gpus-only", true, 3, 0)}
+	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1), insufficientOf(nic, 1)}
+	byRequest := func(*v1.Pod, v1.ResourceName) (int64, bool) { return 0, false }
+	run := func(device bool) []string {
+		var killed []string
+		h := newHandler(func() []*v1.Pod { return pods },
+			func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
+				killed = append(killed, pod.Name)
+				return nil
+			}, record.NewFakeRecorder(10), settings.Upstream())
+		var err error
+		if device {
+			_, err = h.HandleDeviceShortfall(context.Background(), clusterCritPod, reasons, lifecycle.AddOperation, byRequest)
+		} else {
+			_, err = h.HandleAdmissionFailure(context.Background(), clusterCritPod, reasons, lifecycle.AddOperation)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(killed)
+		return killed
+	}
+	if got := run(false); !slices.Equal(got, []string{"gpus-only", "nic-only"}) {
+		t.Fatalf("the stock rule killed %v, want [gpus-only nic-only]: the case no longer ties", got)
+	}
+	if got := run(true); !slices.Equal(got, []string{"both"}) {
+		t.Errorf("for a device shortfall killed %v, want [both] alone", got)
+	}
+}

@@ -30,11 +30,11 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 		a.store = kubeletstate.Get().Checkpoints
 	}
 	if a.store == nil {
-		return victims.Select(c.opts.Policy, a.reqs, cands)
+		return a.choose(c.opts.Policy, a.reqs, cands)
 	}
 	prior, ok := a.store.Find(a.admitPod.UID)
 	if !ok {
-		return victims.Select(c.opts.Policy, a.reqs, cands)
+		return a.choose(c.opts.Policy, a.reqs, cands)
 	}
 	recorded := map[types.UID]checkpoint.Victim{}
 	for _, v := range prior.Victims {
@@ -54,17 +54,17 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 		a.logger.Info("No victim an earlier kubelet recorded for this pod is still here signalled; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod),
 			"began", prior.Started, "recorded", len(prior.Victims))
 		a.resumed = nil
-		return victims.Select(c.opts.Policy, a.reqs, cands)
+		return a.choose(c.opts.Policy, a.reqs, cands)
 	}
 	rest := victims.Remaining(a.reqs, cands, plan)
 	if !victims.Met(rest) {
 		untried, sub := untriedCandidates(cands, tried)
-		more, err := victims.Select(c.opts.Policy, rest, sub)
+		more, err := a.choose(c.opts.Policy, rest, sub)
 		if err != nil {
 			// The node changed under the record: choose afresh.
 			a.logger.Info("The recorded victims no longer make room; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod), "err", err)
 			a.resumed = nil
-			return victims.Select(c.opts.Policy, a.reqs, cands)
+			return a.choose(c.opts.Policy, a.reqs, cands)
 		}
 		for _, k := range more {
 			plan = append(plan, untried[k])

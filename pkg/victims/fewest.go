@@ -1,0 +1,195 @@
+package victims
+
+import (
+	"slices"
+)
+
+// maxTieSteps bounds the search of SelectFewest: the choices it weighs
+// past the first, which is always made. A few thousand steps cover every
+// tie a node of a few hundred pods meets in practice; beyond them the best
+// choice found so far stands.
+const maxTieSteps = 4096
+
+// SelectFewest is Select, except where the stock kubelet's rule meets a
+// full tie: pods of one class at the same distance from what is still
+// needed, with the same memory and cpu requests. The stock kubelet takes
+// the one that comes last in its list of active pods, which it builds from
+// a map, so its order, and with it how many pods later steps need, is
+// chance. SelectFewest weighs every way of breaking such ties and returns,
+// among the choices the rule can make, one with the fewest victims, then
+// the least freed beyond the need (the sum, over the requirements, of the
+// excess as a fraction of the need); on equal terms, the one the given
+// order leads to, so without ties it returns exactly what Select does.
+// Errors are Select's.
+//
+// Cost: Select's for the first choice, then at most maxTieSteps steps of
+// O(pods × len(reqs)) each.
+func SelectFewest(policy Policy, reqs []Requirement, cands []Candidate) ([]int, error) {
+	if err := validate(reqs, cands); err != nil {
+		return nil, err
+	}
+	switch policy {
+	case PolicyUpstream:
+		return selectUpstreamFewest(reqs, cands, nil)
+	case PolicyPriority:
+		keep, ok := priorityCeiling(reqs, cands)
+		if !ok {
+			return selectUpstream(reqs, cands, nil)
+		}
+		return selectUpstreamFewest(reqs, cands, keep)
+	}
+	_, err := ParsePolicy(string(policy))
+	return nil, err
+}
+
+// selectUpstreamFewest is selectUpstream weighing every choice of its
+// three passes (Guaranteed, Burstable, BestEffort) that ties allow.
+func selectUpstreamFewest(reqs []Requirement, cands []Candidate, keep func(int) bool) ([]int, error) {
+	first, err := selectUpstream(reqs, cands, keep)
+	if err != nil {
+		return nil, err
+	}
+	var class [Guaranteed + 1][]int
+	for i, c := range cands {
+		if keep == nil || keep(i) {
+			class[c.QOS] = append(class[c.QOS], i)
+		}
+	}
+	need := needOf(reqs)
+	be, bu, gu := class[BestEffort], class[Burstable], class[Guaranteed]
+	s := &tieSearch{cands: cands, steps: maxTieSteps}
+	best, bestExcess := first, excess(need, cands, first)
+	for _, guVictims := range s.choices(gu, freedBy(need, cands, be, bu)) {
+		for _, buVictims := range s.choices(bu, freedBy(need, cands, be, guVictims)) {
+			for _, beVictims := range s.choices(be, freedBy(need, cands, buVictims, guVictims)) {
+				// Each combination weighed is a step: the passes' choices
+				// multiply.
+				s.steps--
+				out := slices.Concat(beVictims, buVictims, guVictims)
+				if len(out) > len(best) {
+					continue
+				}
+				if e := excess(need, cands, out); len(out) < len(best) || e < bestExcess {
+					best, bestExcess = out, e
+				}
+			}
+		}
+	}
+	return best, nil
+}
+
+// excess is how much victims free beyond need: per requirement, the excess
+// as a fraction of the need, summed.
+func excess(need []int64, cands []Candidate, victims []int) float64 {
+	total := 0.0
+	for j, n := range need {
+		if n <= 0 {
+			continue
+		}
+		var freed int64
+		for _, i := range victims {
+			// Requests are bounded by the need's type; a sum past it is
+			// excess all the same.
+			if freed += cands[i].Requests[j]; freed < 0 {
+				freed = 1<<63 - 1
+			}
+		}
+		if freed > n {
+			total += float64(freed-n) / float64(n)
+		}
+	}
+	return total
+}
+
+// tieSearch walks the choices of closest that ties allow, within a budget
+// of steps shared by all its walks.
+type tieSearch struct {
+	cands []Candidate
+	steps int
+}
+
+// choices returns the victim lists closest can pick from pods for need in
+// some order of them, each set of pods once: the first always, the rest as
+// far as the budget goes. Which order leads to which does not matter: the
+// caller starts from Select's own choice and replaces it only with a
+// strictly better one.
+func (s *tieSearch) choices(pods []int, need []int64) [][]int {
+	var out [][]int
+	seen := map[string]bool{}
+	s.walk(slices.Clone(pods), slices.Clone(need), nil, &out, seen)
+	return out
+}
+
+// walk picks pods from at until need is met, branching at each full tie.
+func (s *tieSearch) walk(at []int, need []int64, chosen []int, out *[][]int, seen map[string]bool) {
+	if !open(need) {
+		key := setKey(chosen)
+		if !seen[key] {
+			seen[key] = true
+			*out = append(*out, slices.Clone(chosen))
+		}
+		return
+	}
+	if len(*out) > 0 {
+		if s.steps <= 0 {
+			return
+		}
+		s.steps--
+	}
+	ties := s.tied(at, need)
+	if len(ties) == 0 {
+		// Cannot happen: the passes are only asked for what their pods
+		// cover.
+		return
+	}
+	var tried [][]int64
+	for _, k := range ties {
+		p := at[k]
+		// Pods with the same requests lead to the same victims' count.
+		if slices.ContainsFunc(tried, func(r []int64) bool { return slices.Equal(r, s.cands[p].Requests) }) {
+			continue
+		}
+		tried = append(tried, s.cands[p].Requests)
+		rest := slices.Delete(slices.Clone(at), k, k+1)
+		left := slices.Clone(need)
+		for j := range left {
+			if left[j] > 0 {
+				left[j] = max(left[j]-s.cands[p].Requests[j], 0)
+			}
+		}
+		s.walk(rest, left, append(chosen, p), out, seen)
+	}
+}
+
+// tied returns the positions in at of the pods the stock kubelet could
+// take next for need, whatever their order: nearest, then smallest memory,
+// then smallest cpu.
+func (s *tieSearch) tied(at []int, need []int64) []int {
+	var ties []int
+	var bestDist float64
+	var bestMem, bestCPU int64
+	for k := range at {
+		c := &s.cands[at[k]]
+		d := distance(need, c.Requests)
+		switch {
+		case len(ties) == 0 || d < bestDist ||
+			d == bestDist && (c.Memory < bestMem || c.Memory == bestMem && c.CPU < bestCPU):
+			ties = append(ties[:0], k)
+			bestDist, bestMem, bestCPU = d, c.Memory, c.CPU
+		case d == bestDist && c.Memory == bestMem && c.CPU == bestCPU:
+			ties = append(ties, k)
+		}
+	}
+	return ties
+}
+
+// setKey names a set of candidate indexes.
+func setKey(pods []int) string {
+	sorted := slices.Clone(pods)
+	slices.Sort(sorted)
+	b := make([]byte, 0, 4*len(sorted))
+	for _, i := range sorted {
+		b = append(b, byte(i>>24), byte(i>>16), byte(i>>8), byte(i))
+	}
+	return string(b)
+}
