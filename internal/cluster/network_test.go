@@ -33,6 +33,12 @@ func testHolder(t *testing.T, name string) process.Ref {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Checked here too, not only by the code under test: were that check
+	// broken, the tests would otherwise make their bridge and links on the
+	// host.
+	if netnsLink(t, h.PID) == netnsLink(t, os.Getpid()) {
+		t.Fatalf("holder %s (pid %d) is in the host's network namespace", name, h.PID)
+	}
 	return h
 }
 
