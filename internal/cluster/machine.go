@@ -1,17 +1,16 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/critlet/critlet/internal/localnode/process"
+	"github.com/critlet/critlet/internal/localnode/isolation"
 )
 
 // machineDir is where machine name's root, console log and files are.
@@ -25,9 +24,10 @@ func (c *Cluster) ConsoleLog(name string) string {
 	return filepath.Join(c.machineDir(name), "console.log")
 }
 
-// nspawnArgs boots machine m: systemd as PID 1 in m's network namespace,
-// with every capability and the host's /dev/kmsg (the kubelet's OOM
-// watcher reads it), not registered with a host systemd (there is none).
+// nspawnArgs boots machine m: systemd as PID 1 in the network namespace
+// systemd-nspawn inherits as descriptor 3 (launcherCmd), with every
+// capability and the host's /dev/kmsg (the kubelet's OOM watcher reads
+// it), not registered with a host systemd (there is none).
 func (c *Cluster) nspawnArgs(m *Machine) []string {
 	return []string{
 		"--quiet", "--register=no", "--keep-unit", "--boot",
@@ -36,7 +36,7 @@ func (c *Cluster) nspawnArgs(m *Machine) []string {
 		// runc joins session keyrings and loads BPF device filters.
 		"--system-call-filter=@keyring bpf",
 		"--bind=/dev/kmsg",
-		"--network-namespace-path=" + netnsPath(m.NIC),
+		"--network-namespace-path=/proc/self/fd/3",
 		"--resolv-conf=off", "--timezone=off", "--link-journal=no", "--console=passive",
 	}
 }
@@ -51,10 +51,19 @@ func (c *Cluster) Boot(ctx context.Context, name string) error {
 	if m.Boot != nil && m.Boot.Alive() {
 		return fmt.Errorf("machine %s is running", name)
 	}
+	// Opened once from the holder checked by PID and start time, and
+	// handed to systemd-nspawn as a descriptor: by /proc/PID/ns/net, a
+	// holder that had died would boot the machine in the network namespace
+	// of whichever process had its PID then, the host's.
+	nic, err := openNetns(m.NIC)
+	if err != nil {
+		return fmt.Errorf("booting machine %s: %w", name, err)
+	}
+	defer nic.Close() // systemd-nspawn has its own copy once started
 	if err := c.makeCgroups(m); err != nil {
 		return err
 	}
-	p, err := startDetached(name, c.launcherCmd(m), c.ConsoleLog(name))
+	p, err := startDetached(name, c.launcherCmd(m, nic), c.ConsoleLog(name))
 	if err != nil {
 		return fmt.Errorf("booting machine %s: %w", name, err)
 	}
@@ -63,47 +72,58 @@ func (c *Cluster) Boot(ctx context.Context, name string) error {
 	if err := c.save(); err != nil {
 		return err
 	}
-	return c.waitBooted(ctx, m)
+	return c.waitBooted(ctx, m, nic)
 }
 
 // launcherCmd is the shell that joins m's cgroups and execs nspawn: the
-// cgroups come first, then "--", then nspawn's arguments.
-func (c *Cluster) launcherCmd(m *Machine) *exec.Cmd {
+// cgroups come first, then "--", then nspawn's arguments. nic, the
+// machine's network namespace, is its descriptor 3, which the shell and
+// its exec keep open: systemd-nspawn (252) opens the path it is given,
+// /proc/self/fd/3, while that is still the descriptor it inherited
+// (strace shows no close before). waitBooted checks the outcome.
+func (c *Cluster) launcherCmd(m *Machine, nic *isolation.Namespaces) *exec.Cmd {
 	script := `while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 1; shift; done; shift; exec systemd-nspawn "$@"`
 	args := append([]string{"-c", script, "launcher"}, m.Cgroups...)
 	args = append(args, "--")
 	args = append(args, c.nspawnArgs(m)...)
-	return exec.Command("sh", args...)
-}
-
-// leader is the PID of machine m's systemd, nspawn's child.
-func leader(m *Machine) (int, error) {
-	if m.Boot == nil || !m.Boot.Alive() {
-		return 0, fmt.Errorf("machine %s is not running", m.Name)
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", m.Boot.PID, m.Boot.PID))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0, fmt.Errorf("machine %s: systemd-nspawn has no child yet", m.Name)
-	}
-	return strconv.Atoi(f[0])
+	cmd := exec.Command("sh", args...)
+	cmd.ExtraFiles = nic.Files()
+	return cmd
 }
 
 // waitBooted waits for systemd in m to finish booting: running, or
-// degraded with the failed units named in the error.
-func (c *Cluster) waitBooted(ctx context.Context, m *Machine) error {
+// degraded with the failed units named in the error. Before anything is
+// run in m, its systemd's network namespace is checked to be nic's, the
+// one it was booted with: were it any other, m is halted.
+func (c *Cluster) waitBooted(ctx context.Context, m *Machine, nic *isolation.Namespaces) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	var last string
+	checked := false
 	for time.Now().Before(deadline) {
 		if m.Boot == nil || !m.Boot.Alive() {
 			return fmt.Errorf("machine %s stopped while booting; see %s:\n%s", m.Name, c.ConsoleLog(m.Name), c.consoleTail(m.Name))
 		}
+		if !checked {
+			ns, err := openMachine(m)
+			if err != nil { // systemd not started yet
+				last = err.Error()
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			err = checkNetwork(m, ns, nic)
+			ns.Close()
+			if err != nil {
+				return errors.Join(fmt.Errorf("%w: halted", err), c.halt(m))
+			}
+			checked = true
+		}
 		out, _ := c.Exec(ctx, m.Name, "systemctl", "is-system-running")
-		last = strings.TrimSpace(out)
-		switch last {
+		out = strings.TrimSpace(out)
+		last = fmt.Sprintf("systemd says %q", out)
+		switch out {
 		case "running":
 			return nil
 		case "degraded":
@@ -115,43 +135,12 @@ func (c *Cluster) waitBooted(ctx context.Context, m *Machine) error {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	return fmt.Errorf("machine %s has not finished booting in 3m (systemd says %q); see %s", m.Name, last, c.ConsoleLog(m.Name))
+	return fmt.Errorf("machine %s has not finished booting in 3m (%s); see %s", m.Name, last, c.ConsoleLog(m.Name))
 }
 
 func (c *Cluster) consoleTail(name string) string {
 	b, _ := os.ReadFile(c.ConsoleLog(name))
 	return tail(string(b), 15)
-}
-
-// Exec runs a command in machine name, in all its namespaces, with the
-// environment a root shell there would have, and returns its output
-// (standard output and error together).
-func (c *Cluster) Exec(ctx context.Context, name string, args ...string) (string, error) {
-	return c.ExecInput(ctx, name, nil, args...)
-}
-
-// ExecInput is Exec with standard input.
-func (c *Cluster) ExecInput(ctx context.Context, name string, stdin []byte, args ...string) (string, error) {
-	m, err := c.machine(name)
-	if err != nil {
-		return "", err
-	}
-	pid, err := leader(m)
-	if err != nil {
-		return "", err
-	}
-	full := append([]string{"-t", strconv.Itoa(pid), "-a", "--", "env", "-i",
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
-		"DEBIAN_FRONTEND=noninteractive"}, args...)
-	cmd := exec.CommandContext(ctx, "nsenter", full...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s on %s: %w: %s", strings.Join(args, " "), name, err, tail(string(out), 20))
-	}
-	return string(out), nil
 }
 
 // PowerOff shuts machine name down as `systemctl poweroff` does and waits
@@ -191,12 +180,13 @@ func (c *Cluster) halt(m *Machine) error {
 		return nil
 	}
 	// systemd as PID 1 ignores SIGTERM from outside: Stop's SIGKILL ends
-	// it, and the PID namespace with it.
-	if pid, err := leader(m); err == nil {
-		if sd, err := process.Find(m.Name+" systemd", pid); err == nil {
-			if err := sd.Stop(0); err != nil {
-				return err
-			}
+	// it, and the PID namespace with it. Only the process found as the
+	// machine's systemd (openMachine) is signalled, by PID and start time.
+	if ns, err := openMachine(m); err == nil {
+		sd := ns.Holder()
+		ns.Close()
+		if err := sd.Stop(0); err != nil {
+			return err
 		}
 	}
 	if !m.Boot.Wait(30 * time.Second) {

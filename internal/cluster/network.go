@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"time"
 
+	"github.com/critlet/critlet/internal/localnode/isolation"
 	"github.com/critlet/critlet/internal/localnode/process"
 )
 
@@ -26,30 +28,56 @@ func holdNetns(ctx context.Context, name, logPath string) (process.Ref, error) {
 	if err != nil {
 		return p, err
 	}
-	self, err := os.Readlink("/proc/self/ns/net")
-	if err != nil {
-		return p, err
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		ns, err := os.Readlink(netnsPath(p))
-		if err == nil && ns != self {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ns, err := openNetns(p)
+		if err == nil {
+			ns.Close()
 			return p, nil
+		}
+		if !errors.Is(err, isolation.ErrHostNamespace) {
+			return p, err
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return p, fmt.Errorf("process %d did not enter a network namespace of its own", p.PID)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-func netnsPath(p process.Ref) string { return "/proc/" + strconv.Itoa(p.PID) + "/ns/net" }
+// openNetns opens holder's network namespace, through its /proc directory
+// checked by PID and start time, and refuses the host's
+// (isolation.ErrHostNamespace). A holder is only ever entered through the
+// descriptor: by /proc/PID/ns/net, a holder that had died would give the
+// network namespace of whichever process had its PID then, the host's.
+func openNetns(holder process.Ref) (*isolation.Namespaces, error) {
+	ns, err := isolation.Open(holder, isolation.Net)
+	if err != nil {
+		return nil, fmt.Errorf("the network namespace held by %s: %w", holder.Name, err)
+	}
+	return ns, nil
+}
 
-// inNetns runs ip's commands in p's network namespace.
-func inNetns(ctx context.Context, p process.Ref, cmds ...[]string) error {
+// inNetns runs commands in holder's network namespace (openNetns).
+func inNetns(ctx context.Context, holder process.Ref, cmds ...[]string) error {
+	ns, err := openNetns(holder)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	return runInNetns(ctx, ns, nil, cmds...)
+}
+
+// runInNetns runs commands in the network namespace ns, each given extra
+// as the descriptors after ns's own (isolation.Namespaces.EnterArgs).
+func runInNetns(ctx context.Context, ns *isolation.Namespaces, extra []*os.File, cmds ...[]string) error {
 	for _, c := range cmds {
-		args := append([]string{"--net=" + netnsPath(p), "--"}, c...)
-		if out, err := exec.CommandContext(ctx, "nsenter", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("%v in namespace of %d: %w: %s", c, p.PID, err, out)
+		enter, err := ns.EnterArgs("/")
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, "nsenter", append(enter, c...)...)
+		cmd.ExtraFiles = append(ns.Files(), extra...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%v in the network namespace held by %s (pid %d): %w: %s", c, ns.Holder().Name, ns.Holder().PID, err, out)
 		}
 	}
 	return nil
@@ -68,14 +96,28 @@ func setUpHub(ctx context.Context, hub process.Ref) error {
 
 // plugIn gives machine m's namespace its eth0 on the hub's bridge.
 func plugIn(ctx context.Context, hub process.Ref, m *Machine) error {
+	hubNS, err := openNetns(hub)
+	if err != nil {
+		return err
+	}
+	defer hubNS.Close()
+	nic, err := openNetns(m.NIC)
+	if err != nil {
+		return err
+	}
+	defer nic.Close()
 	port := "m" + strconv.Itoa(m.Index)
-	if err := inNetns(ctx, hub,
-		[]string{"ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", strconv.Itoa(m.NIC.PID)},
+	// eth0 is moved to the machine's namespace by its descriptor, given to
+	// ip after the hub's (ip takes a path for netns), not by the holder's
+	// PID.
+	peerNetns := "/proc/self/fd/" + strconv.Itoa(3+len(hubNS.Files()))
+	if err := runInNetns(ctx, hubNS, nic.Files(),
+		[]string{"ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", peerNetns},
 		[]string{"ip", "link", "set", port, "master", hubBridge, "up"},
 	); err != nil {
 		return err
 	}
-	return inNetns(ctx, m.NIC,
+	return runInNetns(ctx, nic, nil,
 		[]string{"ip", "link", "set", "lo", "up"},
 		[]string{"ip", "addr", "add", m.Addr + "/" + strconv.Itoa(subnetLen), "dev", "eth0"},
 		[]string{"ip", "link", "set", "eth0", "up"},

@@ -164,8 +164,8 @@ func (r Ref) Wait(d time.Duration) bool { return waitGone(r, d) }
 
 // Alive reports whether the recorded process still runs (a zombie does not).
 func (r Ref) Alive() bool {
-	st, state, err := stat(r.PID)
-	return err == nil && st == r.Started && state != 'Z' && state != 'X'
+	st, err := stat(r.PID)
+	return err == nil && st.started == r.Started && st.running()
 }
 
 // OpenProc opens the process's /proc directory and checks, through the
@@ -181,25 +181,33 @@ func (r Ref) OpenProc() (*os.File, error) {
 		return nil, fmt.Errorf("%s (pid %d): opening %s: %w", r.Name, r.PID, path, err)
 	}
 	dir := os.NewFile(uintptr(fd), path)
-	b, err := readAt(dir, "stat")
+	st, err := statAt(dir)
 	if err != nil {
 		dir.Close()
 		return nil, fmt.Errorf("%s (pid %d): %w", r.Name, r.PID, err)
 	}
-	started, state, err := parseStat(b)
-	if err != nil {
-		dir.Close()
-		return nil, fmt.Errorf("%s (pid %d): %s/stat: %w", r.Name, r.PID, path, err)
-	}
 	switch {
-	case started != r.Started:
+	case st.started != r.Started:
 		dir.Close()
-		return nil, fmt.Errorf("%s (pid %d) is gone: the PID now names a process started at %d, not the one recorded, started at %d", r.Name, r.PID, started, r.Started)
-	case state == 'Z' || state == 'X':
+		return nil, fmt.Errorf("%s (pid %d) is gone: the PID now names a process started at %d, not the one recorded, started at %d", r.Name, r.PID, st.started, r.Started)
+	case !st.running():
 		dir.Close()
 		return nil, fmt.Errorf("%s (pid %d) is gone: it has exited", r.Name, r.PID)
 	}
 	return dir, nil
+}
+
+// statAt reads the stat file of the open /proc directory dir.
+func statAt(dir *os.File) (procStat, error) {
+	b, err := readAt(dir, "stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	st, err := parseStat(b)
+	if err != nil {
+		return procStat{}, fmt.Errorf("%s/stat: %w", dir.Name(), err)
+	}
+	return st, nil
 }
 
 // readAt reads the file name below the open directory dir.
@@ -223,7 +231,7 @@ func readAt(dir *os.File, name string) ([]byte, error) {
 // (os.checkClonePidfd), and the component's own fork runs the supervisor's
 // program until its exec.
 func (r Ref) Component() (Ref, error) {
-	pids, err := r.children()
+	children, err := r.Children()
 	if err != nil {
 		return Ref{}, err
 	}
@@ -231,31 +239,17 @@ func (r Ref) Component() (Ref, error) {
 	if err != nil {
 		return Ref{}, fmt.Errorf("%s: the supervisor's program: %w", r.Name, err)
 	}
-	for _, pid := range pids {
-		exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
-		if err != nil || os.SameFile(exe, self) || !Runs(pid) {
+	var pids []int
+	for _, c := range children {
+		pids = append(pids, c.PID)
+		exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", c.PID))
+		if err != nil || os.SameFile(exe, self) || !c.Alive() {
 			continue // exiting, or not yet the component
 		}
-		started, err := startTime(pid)
-		if err != nil {
-			return Ref{}, fmt.Errorf("%s: supervised process %d: %w", r.Name, pid, err)
-		}
-		return Ref{Name: r.Name, PID: pid, Started: started, LogFile: r.LogFile}, nil
+		c.LogFile = r.LogFile
+		return c, nil
 	}
 	return Ref{}, fmt.Errorf("%s (pid %d) supervises no running component yet (children %v)", r.Name, r.PID, pids)
-}
-
-// childRefs is every child the supervisor has now, each with its start
-// time; a child gone meanwhile is left out.
-func (r Ref) childRefs() []Ref {
-	pids, _ := r.children()
-	var refs []Ref
-	for _, pid := range pids {
-		if started, err := startTime(pid); err == nil {
-			refs = append(refs, Ref{Name: r.Name, PID: pid, Started: started})
-		}
-	}
-	return refs
 }
 
 func statFile(path string) os.FileInfo {
@@ -263,27 +257,115 @@ func statFile(path string) os.FileInfo {
 	return fi
 }
 
-// children lists the supervisor's child processes, whatever they run.
-func (r Ref) children() ([]int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", r.PID, r.PID))
+// Children returns the process's running children, whatever they run,
+// each named as r and with its start time, each confirmed to be r's child
+// (childAt). The list is read through r's /proc directory checked to be
+// r's (OpenProc): by PID alone, a process that had r's PID since would
+// give its own children. A child that has exited meanwhile is left out.
+func (r Ref) Children() ([]Ref, error) {
+	dir, err := r.OpenProc()
 	if err != nil {
-		return nil, fmt.Errorf("%s: finding the supervised process: %w", r.Name, err)
+		return nil, err
+	}
+	defer dir.Close()
+	pids, err := childrenAt(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s (pid %d): %w", r.Name, r.PID, err)
+	}
+	var refs []Ref
+	for _, pid := range pids {
+		c, err := r.childAt(dir, pid)
+		if errors.Is(err, errParentGone) {
+			return nil, err
+		}
+		if err == nil {
+			refs = append(refs, c)
+		}
+	}
+	return refs, nil
+}
+
+// Child returns pid as a Ref, named as r, when it is r's running child
+// (childAt), and an error otherwise.
+func (r Ref) Child(pid int) (Ref, error) {
+	dir, err := r.OpenProc()
+	if err != nil {
+		return Ref{}, err
+	}
+	defer dir.Close()
+	return r.childAt(dir, pid)
+}
+
+// errParentGone marks a parent that exited while its children were read.
+var errParentGone = errors.New("the parent has exited")
+
+// childAt returns pid as a Ref, its start time read now, after confirming
+// that it is r's child: its parent, read through its own /proc directory
+// checked to be that process (OpenProc), is r's PID, and r's directory
+// (rdir, checked when opened) shows r still running afterwards. r ran
+// before and after, so its PID was r's throughout and no other process's.
+// A PID from a list of children is a number only: by the time it is used,
+// that child may have exited and the number gone to another process.
+func (r Ref) childAt(rdir *os.File, pid int) (Ref, error) {
+	c, err := Find(r.Name, pid)
+	if err != nil {
+		return Ref{}, err
+	}
+	cdir, err := c.OpenProc()
+	if err != nil {
+		return Ref{}, err
+	}
+	st, err := statAt(cdir)
+	cdir.Close()
+	if err != nil {
+		return Ref{}, fmt.Errorf("%s (pid %d): %w", r.Name, pid, err)
+	}
+	if st.ppid != r.PID {
+		return Ref{}, fmt.Errorf("process %d is not a child of %s (pid %d): its parent is %d", pid, r.Name, r.PID, st.ppid)
+	}
+	if pst, err := statAt(rdir); err != nil || !pst.running() {
+		return Ref{}, fmt.Errorf("%s (pid %d): %w", r.Name, r.PID, errParentGone)
+	}
+	return c, nil
+}
+
+// childrenAt lists the children of the process whose /proc directory is
+// dir, of every thread: each child is listed by the thread that forked it.
+func childrenAt(dir *os.File) ([]int, error) {
+	fd, err := syscall.Openat(int(dir.Fd()), "task", syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s/task: %w", dir.Name(), err)
+	}
+	tasks := os.NewFile(uintptr(fd), dir.Name()+"/task")
+	defer tasks.Close()
+	tids, err := tasks.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", tasks.Name(), err)
 	}
 	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s: malformed children list %q", r.Name, b)
+	for _, tid := range tids {
+		b, err := readAt(tasks, tid+"/children")
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESRCH) {
+			continue // the thread has exited
 		}
-		pids = append(pids, pid)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, fmt.Errorf("malformed children list %q in %s/%s", b, tasks.Name(), tid)
+			}
+			pids = append(pids, pid)
+		}
 	}
 	return pids, nil
 }
 
 // Runs reports whether a process with pid exists and is not a zombie.
 func Runs(pid int) bool {
-	_, state, err := stat(pid)
-	return err == nil && state != 'Z' && state != 'X'
+	st, err := stat(pid)
+	return err == nil && st.running()
 }
 
 // Stop sends SIGTERM and, after grace, SIGKILL, and waits until the process
@@ -297,7 +379,7 @@ func (r Ref) Stop(grace time.Duration) error {
 	// acts a moment later: wait for the component too.
 	// Every child, exec'd or not: Pdeathsig reaches a fork before its exec
 	// too.
-	children := r.childRefs()
+	children, _ := r.Children()
 	if err := syscall.Kill(r.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("%s (pid %d): SIGTERM: %w", r.Name, r.PID, err)
 	}
@@ -361,38 +443,52 @@ func Tail(path string, n int) string {
 }
 
 func startTime(pid int) (uint64, error) {
-	st, _, err := stat(pid)
-	return st, err
+	st, err := stat(pid)
+	return st.started, err
 }
 
-// stat returns field 22 (starttime) and field 3 (state) of /proc/<pid>/stat.
-func stat(pid int) (uint64, byte, error) {
+// procStat holds the fields of /proc/<pid>/stat this package reads.
+type procStat struct {
+	started uint64 // field 22, starttime
+	state   byte   // field 3
+	ppid    int    // field 4
+}
+
+// running reports whether the process has not exited (a zombie has).
+func (st procStat) running() bool { return st.state != 'Z' && st.state != 'X' }
+
+// stat reads /proc/<pid>/stat.
+func stat(pid int) (procStat, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, 0, err
+		return procStat{}, err
 	}
-	st, state, err := parseStat(b)
+	st, err := parseStat(b)
 	if err != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	return st, state, nil
+	return st, nil
 }
 
-// parseStat returns the starttime and state fields of a /proc/<pid>/stat.
-func parseStat(b []byte) (uint64, byte, error) {
+// parseStat parses a /proc/<pid>/stat.
+func parseStat(b []byte) (procStat, error) {
 	// The command name may contain spaces and parentheses; fields start
 	// after the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, errors.New("malformed: no command name")
+		return procStat{}, errors.New("malformed: no command name")
 	}
 	fields := strings.Fields(string(b[i+1:]))
 	if len(fields) < 20 {
-		return 0, 0, fmt.Errorf("malformed: %d fields after the command name", len(fields))
+		return procStat{}, fmt.Errorf("malformed: %d fields after the command name", len(fields))
 	}
 	st, err := strconv.ParseUint(fields[19], 10, 64)
 	if err != nil {
-		return 0, 0, fmt.Errorf("malformed start time: %w", err)
+		return procStat{}, fmt.Errorf("malformed start time: %w", err)
 	}
-	return st, fields[0][0], nil
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		return procStat{}, fmt.Errorf("malformed parent PID: %w", err)
+	}
+	return procStat{started: st, state: fields[0][0], ppid: ppid}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -325,22 +326,34 @@ func TestComponentIsTheExecutedChild(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command("/bin/sh", "-c", tc.script)
+			// The children go with the parent: one process group.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 				_ = cmd.Wait()
 			})
-			parent := Ref{Name: "parent", PID: cmd.Process.Pid}
+			parent, err := Find("parent", cmd.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shell, err := filepath.EvalSymlinks("/bin/sh")
+			if err != nil {
+				t.Fatal(err)
+			}
 			want := strings.Count(tc.script, "&")
 			// Settled: the parent is sleep, with every child started and
-			// true exited.
+			// run its program (none still the shell's fork), true exited.
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 				exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", parent.PID))
-				pids, _ := parent.children()
+				pids := childPIDs(t, parent)
 				if exe == "/bin/sleep" || exe == "/usr/bin/sleep" {
-					if len(pids) == want && !Runs(pids[0]) {
+					if len(pids) == want && !Runs(pids[0]) && !slices.ContainsFunc(pids[1:], func(pid int) bool {
+						exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+						return exe == shell
+					}) {
 						break
 					}
 				}
@@ -363,4 +376,20 @@ func TestComponentIsTheExecutedChild(t *testing.T) {
 			}
 		})
 	}
+}
+
+// childPIDs lists parent's children as the kernel does, exited ones
+// included, through its checked /proc directory.
+func childPIDs(t *testing.T, parent Ref) []int {
+	t.Helper()
+	dir, err := parent.OpenProc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	pids, err := childrenAt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
 }

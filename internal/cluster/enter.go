@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/critlet/critlet/internal/localnode/isolation"
+)
+
+// A machine is entered through its systemd's namespaces, each opened once
+// through descriptors and never named by PID again: commands run there as
+// root (poweroff, apt, kubeadm), and a PID reused by a host process would
+// aim them at the host.
+
+// openMachine opens the namespaces of machine m's systemd, every kind
+// nsenter -a joins there. systemd is systemd-nspawn's child: the children
+// are read through nspawn's /proc directory checked by PID and start time,
+// each confirmed to be nspawn's (process.Ref.Children), and the namespaces
+// opened through the child's own checked directory, none of them the
+// host's (isolation.Open). So nspawn's first child, which sets the machine
+// up in a mount namespace of its own only, is passed over; and systemd's
+// process is taken only once it has its cgroup namespace, which nspawn
+// makes after it has joined the machine's network namespace.
+func openMachine(m *Machine) (*isolation.Namespaces, error) {
+	if m.Boot == nil {
+		return nil, fmt.Errorf("machine %s is not running", m.Name)
+	}
+	children, err := m.Boot.Children()
+	if err != nil {
+		return nil, fmt.Errorf("machine %s is not running: %w", m.Name, err)
+	}
+	if len(children) == 0 {
+		return nil, fmt.Errorf("machine %s: systemd-nspawn has no child yet", m.Name)
+	}
+	var errs []error
+	for _, sd := range children {
+		sd.Name = m.Name + " systemd"
+		ns, err := isolation.Open(sd, isolation.ContainerKinds...)
+		if err == nil {
+			return ns, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("machine %s: no child of systemd-nspawn (pid %d) is in namespaces of its own: %w", m.Name, m.Boot.PID, errors.Join(errs...))
+}
+
+// checkNetwork fails unless ns, machine m's systemd's namespaces, has nic
+// for its network namespace: the one m was booted with, compared by
+// descriptor.
+func checkNetwork(m *Machine, ns, nic *isolation.Namespaces) error {
+	same, err := ns.Same(isolation.Net, nic)
+	if err == nil && !same {
+		err = fmt.Errorf("machine %s: its systemd (pid %d) is not in the network namespace held by %s (pid %d), which it was booted with", m.Name, ns.Holder().PID, nic.Holder().Name, nic.Holder().PID)
+	}
+	return err
+}
+
+// Exec runs a command in machine name, in all its namespaces, with the
+// environment a root shell there would have, and returns its output
+// (standard output and error together).
+func (c *Cluster) Exec(ctx context.Context, name string, args ...string) (string, error) {
+	return c.ExecInput(ctx, name, nil, args...)
+}
+
+// ExecInput is Exec with standard input. The command works in the
+// machine's /, as nsenter -t PID -a leaves it.
+func (c *Cluster) ExecInput(ctx context.Context, name string, stdin []byte, args ...string) (string, error) {
+	m, err := c.machine(name)
+	if err != nil {
+		return "", err
+	}
+	ns, err := openMachine(m)
+	if err != nil {
+		return "", err
+	}
+	defer ns.Close() // nsenter has its own copies once started
+	enter, err := ns.EnterArgs("/")
+	if err != nil {
+		return "", err
+	}
+	full := append(enter, "env", "-i",
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
+		"DEBIAN_FRONTEND=noninteractive")
+	cmd := exec.CommandContext(ctx, "nsenter", append(full, args...)...)
+	cmd.ExtraFiles = ns.Files()
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s on %s: %w: %s", strings.Join(args, " "), name, err, tail(string(out), 20))
+	}
+	return string(out), nil
+}
