@@ -25,18 +25,26 @@ const maxTieSteps = 4096
 // Cost: Select's for the first choice, then at most maxTieSteps steps of
 // O(pods × len(reqs)) each.
 func SelectFewest(policy Policy, reqs []Requirement, cands []Candidate) ([]int, error) {
+	return SelectFewestPreferring(policy, reqs, cands, nil)
+}
+
+// SelectFewestPreferring is SelectFewest with one more criterion, between
+// the fewest victims and the least excess: the most candidates that
+// preferred marks (nil marks none). A resumed preemption prefers the
+// victims an earlier kubelet already signalled.
+func SelectFewestPreferring(policy Policy, reqs []Requirement, cands []Candidate, preferred []bool) ([]int, error) {
 	if err := validate(reqs, cands); err != nil {
 		return nil, err
 	}
 	switch policy {
 	case PolicyUpstream:
-		return selectUpstreamFewest(reqs, cands, nil)
+		return selectUpstreamFewest(reqs, cands, nil, preferred)
 	case PolicyPriority:
 		keep, ok := priorityCeiling(reqs, cands)
 		if !ok {
 			return selectUpstream(reqs, cands, nil)
 		}
-		return selectUpstreamFewest(reqs, cands, keep)
+		return selectUpstreamFewest(reqs, cands, keep, preferred)
 	}
 	_, err := ParsePolicy(string(policy))
 	return nil, err
@@ -44,7 +52,7 @@ func SelectFewest(policy Policy, reqs []Requirement, cands []Candidate) ([]int, 
 
 // selectUpstreamFewest is selectUpstream weighing every choice of its
 // three passes (Guaranteed, Burstable, BestEffort) that ties allow.
-func selectUpstreamFewest(reqs []Requirement, cands []Candidate, keep func(int) bool) ([]int, error) {
+func selectUpstreamFewest(reqs []Requirement, cands []Candidate, keep func(int) bool, preferred []bool) ([]int, error) {
 	first, err := selectUpstream(reqs, cands, keep)
 	if err != nil {
 		return nil, err
@@ -57,8 +65,17 @@ func selectUpstreamFewest(reqs []Requirement, cands []Candidate, keep func(int) 
 	}
 	need := needOf(reqs)
 	be, bu, gu := class[BestEffort], class[Burstable], class[Guaranteed]
-	s := &tieSearch{cands: cands, steps: maxTieSteps}
-	best, bestExcess := first, excess(need, cands, first)
+	s := &tieSearch{cands: cands, preferred: preferred, steps: maxTieSteps}
+	score := func(plan []int) planScore {
+		sc := planScore{victims: len(plan), excess: excess(need, cands, plan)}
+		for _, i := range plan {
+			if i < len(preferred) && preferred[i] {
+				sc.preferred++
+			}
+		}
+		return sc
+	}
+	best, bestScore := first, score(first)
 	for _, guVictims := range s.choices(gu, freedBy(need, cands, be, bu)) {
 		for _, buVictims := range s.choices(bu, freedBy(need, cands, be, guVictims)) {
 			for _, beVictims := range s.choices(be, freedBy(need, cands, buVictims, guVictims)) {
@@ -66,16 +83,31 @@ func selectUpstreamFewest(reqs []Requirement, cands []Candidate, keep func(int) 
 				// multiply.
 				s.steps--
 				out := slices.Concat(beVictims, buVictims, guVictims)
-				if len(out) > len(best) {
-					continue
-				}
-				if e := excess(need, cands, out); len(out) < len(best) || e < bestExcess {
-					best, bestExcess = out, e
+				if sc := score(out); sc.better(bestScore) {
+					best, bestScore = out, sc
 				}
 			}
 		}
 	}
 	return best, nil
+}
+
+// planScore is what SelectFewestPreferring weighs a plan by.
+type planScore struct {
+	victims, preferred int
+	excess             float64
+}
+
+// better reports whether s is strictly better than o: fewer victims, then
+// more preferred ones, then less excess.
+func (s planScore) better(o planScore) bool {
+	if s.victims != o.victims {
+		return s.victims < o.victims
+	}
+	if s.preferred != o.preferred {
+		return s.preferred > o.preferred
+	}
+	return s.excess < o.excess
 }
 
 // excess is how much victims free beyond need: per requirement, the excess
@@ -104,8 +136,9 @@ func excess(need []int64, cands []Candidate, victims []int) float64 {
 // tieSearch walks the choices of closest that ties allow, within a budget
 // of steps shared by all its walks.
 type tieSearch struct {
-	cands []Candidate
-	steps int
+	cands     []Candidate
+	preferred []bool
+	steps     int
 }
 
 // choices returns the victim lists closest can pick from pods for need in
@@ -142,14 +175,20 @@ func (s *tieSearch) walk(at []int, need []int64, chosen []int, out *[][]int, see
 		// cover.
 		return
 	}
-	var tried [][]int64
+	type branch struct {
+		requests  []int64
+		preferred bool
+	}
+	var tried []branch
 	for _, k := range ties {
 		p := at[k]
-		// Pods with the same requests lead to the same victims' count.
-		if slices.ContainsFunc(tried, func(r []int64) bool { return slices.Equal(r, s.cands[p].Requests) }) {
+		// Pods with the same requests, both preferred or neither, lead to
+		// plans of the same score.
+		b := branch{s.cands[p].Requests, p < len(s.preferred) && s.preferred[p]}
+		if slices.ContainsFunc(tried, func(t branch) bool { return t.preferred == b.preferred && slices.Equal(t.requests, b.requests) }) {
 			continue
 		}
-		tried = append(tried, s.cands[p].Requests)
+		tried = append(tried, b)
 		rest := slices.Delete(slices.Clone(at), k, k+1)
 		left := slices.Clone(need)
 		for j := range left {

@@ -30,12 +30,11 @@ func permutations(n int, f func([]int)) {
 
 // upstreamChoices runs Select on cands in every order (the stock kubelet's
 // list of active pods comes from a map) and returns the victims' sets it
-// makes, as original indexes, by setKey, and the fewest victims any has
-// with, among those, the least excess.
-func upstreamChoices(t *testing.T, policy Policy, reqs []Requirement, cands []Candidate) (map[string]bool, int, float64) {
+// makes, as original indexes, by setKey, and the best score any has.
+func upstreamChoices(t *testing.T, policy Policy, reqs []Requirement, cands []Candidate, score func([]int) planScore) (map[string]bool, planScore) {
 	t.Helper()
 	out := map[string]bool{}
-	fewest, least := len(cands)+1, 0.0
+	var best planScore
 	permuted := make([]Candidate, len(cands))
 	permutations(len(cands), func(p []int) {
 		for k, i := range p {
@@ -49,12 +48,12 @@ func upstreamChoices(t *testing.T, policy Policy, reqs []Requirement, cands []Ca
 		for k, i := range plan {
 			orig[k] = p[i]
 		}
-		out[setKey(orig)] = true
-		if e := excess(needOf(reqs), cands, orig); len(plan) < fewest || len(plan) == fewest && e < least {
-			fewest, least = len(plan), e
+		if sc := score(orig); len(out) == 0 || sc.better(best) {
+			best = sc
 		}
+		out[setKey(orig)] = true
 	})
-	return out, fewest, least
+	return out, best
 }
 
 // genDeviceHolders makes a node of pods alike but for the devices they
@@ -81,25 +80,41 @@ func genDeviceHolders(r *rand.Rand) ([]Requirement, []Candidate) {
 	return reqs, cands
 }
 
-// SelectFewest makes one of the choices the stock kubelet's rule makes in
-// some order of the pods, with the fewest victims any order gives, then
-// the least excess; where the given order does as well, exactly Select's
-// plan. On nodes
-// full of identical pods the given order often costs more victims than
-// another would.
+// SelectFewestPreferring makes one of the choices the stock kubelet's rule
+// makes in some order of the pods, the best any order gives (fewest
+// victims, then most preferred, then least excess); where the given order
+// does as well, exactly Select's plan. On nodes full of pods alike the
+// given order often costs more victims, or spares a preferred pod, where
+// another would not.
 func TestSelectFewestIsUpstreamsBestOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 43))
-	var fewerThanGiven, cases int
-	for trial := 0; trial < 1000; trial++ {
+	var fewerThanGiven, morePreferred, cases int
+	for trial := 0; trial < 600; trial++ {
 		reqs, cands := genNode(r, 2+r.IntN(5), 1+r.IntN(3), true)
 		if trial%2 == 0 {
 			reqs, cands = genDeviceHolders(r)
 		}
+		var preferred []bool
+		if trial%3 != 0 {
+			preferred = make([]bool, len(cands))
+			for i := range preferred {
+				preferred[i] = r.IntN(2) == 0
+			}
+		}
+		score := func(plan []int) planScore {
+			sc := planScore{victims: len(plan), excess: excess(needOf(reqs), cands, plan)}
+			for _, i := range plan {
+				if preferred != nil && preferred[i] {
+					sc.preferred++
+				}
+			}
+			return sc
+		}
 		for _, policy := range Policies {
-			got, err := SelectFewest(policy, reqs, cands)
+			got, err := SelectFewestPreferring(policy, reqs, cands, preferred)
 			given, gerr := Select(policy, reqs, cands)
 			if (err == nil) != (gerr == nil) {
-				t.Fatalf("trial %d %s: SelectFewest err %v, Select err %v", trial, policy, err, gerr)
+				t.Fatalf("trial %d %s: SelectFewestPreferring err %v, Select err %v", trial, policy, err, gerr)
 			}
 			var unmet *UnmetError
 			if err != nil {
@@ -109,30 +124,30 @@ func TestSelectFewestIsUpstreamsBestOrder(t *testing.T) {
 				continue
 			}
 			cases++
-			choices, fewest, least := upstreamChoices(t, policy, reqs, cands)
+			choices, best := upstreamChoices(t, policy, reqs, cands, score)
 			if !choices[setKey(got)] {
-				t.Fatalf("trial %d %s: SelectFewest chose %v, which no order of the pods leads the stock rule to\nreqs %+v\ncands %+v", trial, policy, got, reqs, cands)
+				t.Fatalf("trial %d %s: chose %v, which no order of the pods leads the stock rule to\nreqs %+v\ncands %+v", trial, policy, got, reqs, cands)
 			}
-			if len(got) != fewest {
-				t.Fatalf("trial %d %s: SelectFewest chose %d victims %v, an order of the pods gives %d\nreqs %+v\ncands %+v", trial, policy, len(got), got, fewest, reqs, cands)
+			if sc := score(got); sc != best {
+				t.Fatalf("trial %d %s: chose %v scoring %+v, an order of the pods gives %+v\nreqs %+v\ncands %+v\npreferred %v", trial, policy, got, sc, best, reqs, cands, preferred)
 			}
-			if e := excess(needOf(reqs), cands, got); e != least {
-				t.Fatalf("trial %d %s: SelectFewest chose %v, freeing %v beyond the need; an order of the pods frees %v", trial, policy, got, e, least)
+			if score(given) == best && !slices.Equal(got, given) {
+				t.Fatalf("trial %d %s: the given order is as good as any, yet chose %v where Select chose %v", trial, policy, got, given)
 			}
-			if len(given) == fewest && excess(needOf(reqs), cands, given) == least && !slices.Equal(got, given) {
-				t.Fatalf("trial %d %s: the given order is as good as any, yet SelectFewest chose %v where Select chose %v", trial, policy, got, given)
-			}
-			if len(given) > len(got) {
+			switch g, b := score(given), score(got); {
+			case g.victims > b.victims:
 				fewerThanGiven++
+			case g.victims == b.victims && g.preferred < b.preferred:
+				morePreferred++
 			}
 		}
 	}
-	// The check above cannot pass by SelectFewest being Select: ties cost
-	// victims in the given order this often.
-	if fewerThanGiven < 10 {
-		t.Errorf("in %d cases SelectFewest took fewer victims than the given order only %d times: the nodes drawn no longer tell the two apart", cases, fewerThanGiven)
+	// The checks above cannot pass by the search being Select: ties cost
+	// victims, or spare preferred pods, in the given order this often.
+	if fewerThanGiven < 10 || morePreferred < 10 {
+		t.Errorf("in %d cases the search took fewer victims than the given order %d times, more preferred ones %d times: the nodes drawn no longer tell them apart", cases, fewerThanGiven, morePreferred)
 	}
-	t.Logf("%d cases, %d with fewer victims than the given order", cases, fewerThanGiven)
+	t.Logf("%d cases, %d with fewer victims than the given order, %d with more preferred ones", cases, fewerThanGiven, morePreferred)
 }
 
 // A full tie whose break decides the next class's pass: the Burstable pass

@@ -16,14 +16,15 @@ import (
 )
 
 // resumeOrSelect returns the first round's victims, as indexes into pods
-// and cands. With --critical-preemption-resume and a preemption recorded
-// for the critical pod by an earlier kubelet, the recorded victims still on
-// the node whose kill had begun come first: they were signalled, and are
-// killed with the grace they have left. Only a shortfall they do not cover
-// is selected for, as ever, among the other pods (recorded victims never
-// signalled included): a record promises no more kills than a fresh
-// choice would make. Without such a record the victims are selected as
-// ever.
+// and cands: a fresh choice on today's pods, always, so a record never
+// kills more than a fresh choice would. With --critical-preemption-resume
+// and a preemption recorded for the critical pod by an earlier kubelet,
+// that choice is, among those upstream's rule can make, one with the
+// fewest victims, then the most the earlier kubelet had begun to kill;
+// those are killed with the grace they have left and no second event. A
+// signalled victim the choice does not take is spared, its earlier kill
+// not carried on (whatever the signal did, its pod workers take it from
+// there).
 func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([]int, error) {
 	c := a.handler
 	if c.opts.On(patched.PreemptionResume) {
@@ -40,40 +41,37 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 	for _, v := range prior.Victims {
 		recorded[v.UID] = v
 	}
-	var plan []int
-	tried := make([]bool, len(cands))
-	a.resumed = map[types.UID]checkpoint.Victim{}
+	signalled := make([]bool, len(pods))
+	nSignalled := 0
 	for i, p := range pods {
 		if v, ok := recorded[p.UID]; ok && !v.KillStarted.IsZero() {
-			plan = append(plan, i)
-			tried[i] = true
-			a.resumed[p.UID] = v
+			signalled[i] = true
+			nSignalled++
 		}
 	}
-	if len(plan) == 0 {
-		a.logger.Info("No victim an earlier kubelet recorded for this pod is still here signalled; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod),
-			"began", prior.Started, "recorded", len(prior.Victims))
+	// Among the choices upstream's rule makes in some order of the pods
+	// (the kubelet's comes from a map), the fewest victims, then the most
+	// already signalled: where pods are alike, the earlier kubelet's.
+	plan, err := victims.SelectFewestPreferring(c.opts.Policy, a.reqs, cands, signalled)
+	if err != nil {
+		return nil, err
+	}
+	a.resumed = map[types.UID]checkpoint.Victim{}
+	for _, i := range plan {
+		if v, ok := recorded[pods[i].UID]; ok && !v.KillStarted.IsZero() {
+			a.resumed[pods[i].UID] = v
+		}
+	}
+	if len(a.resumed) == 0 {
+		a.logger.Info("No victim an earlier kubelet recorded for this pod and signalled is among today's choice; preempting afresh", "requestingPod", klog.KObj(a.admitPod),
+			"began", prior.Started, "recorded", len(prior.Victims), "signalledStillHere", nSignalled)
 		a.resumed = nil
-		return a.choose(c.opts.Policy, a.reqs, cands)
-	}
-	rest := victims.Remaining(a.reqs, cands, plan)
-	if !victims.Met(rest) {
-		untried, sub := untriedCandidates(cands, tried)
-		more, err := a.choose(c.opts.Policy, rest, sub)
-		if err != nil {
-			// The node changed under the record: choose afresh.
-			a.logger.Info("The recorded victims no longer make room; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod), "err", err)
-			a.resumed = nil
-			return a.choose(c.opts.Policy, a.reqs, cands)
-		}
-		for _, k := range more {
-			plan = append(plan, untried[k])
-		}
+		return plan, nil
 	}
 	// The record goes on as it began, so it ages from its first kill.
 	a.record = checkpoint.Preemption{PodUID: prior.PodUID, Namespace: prior.Namespace, Name: prior.Name, Started: prior.Started}
 	a.logger.Info("Resuming the preemption an earlier kubelet began for this pod", "requestingPod", klog.KObj(a.admitPod),
-		"began", prior.Started, "recorded", len(prior.Victims), "signalledStillHere", len(a.resumed), "victims", len(plan))
+		"began", prior.Started, "recorded", len(prior.Victims), "signalledStillHere", nSignalled, "signalledChosen", len(a.resumed), "victims", len(plan))
 	critletmetrics.ResumedPreemptions.Inc()
 	return plan, nil
 }

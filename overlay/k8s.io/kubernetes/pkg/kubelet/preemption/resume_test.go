@@ -398,3 +398,65 @@ func TestResumeKillsNoMoreThanNeeded(t *testing.T) {
 		t.Fatalf("killed %v, want only the signalled large Burstable pod, which covers 250Mi", got)
 	}
 }
+
+// Signalled victims a fresh choice does not take are spared: here both
+// recorded pods were signalled, yet 50Mi is the small Burstable pod's to
+// free, and it is the only pod killed, with its event.
+func TestResumeSparesSignalledVictimsAFreshChoiceDoesNotTake(t *testing.T) {
+	store, _ := installStore(t)
+	began := time.Now().Add(-2 * time.Second)
+	if err := store.Record(checkpoint.Preemption{PodUID: clusterCritPod.UID, Started: began,
+		Victims: []checkpoint.Victim{
+			{UID: largeBurstable.UID, Name: largeBurstable.Name, GracePeriodSeconds: 10, KillStarted: began},
+			{UID: largeGuaranteed.UID, Name: largeGuaranteed.Name, GracePeriodSeconds: 10, KillStarted: began},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	k := &recordingKill{}
+	events := admitCritical(t, resuming(), k, 50)
+	if got := k.names(); !slices.Equal(got, []string{smallBurstable.Name}) {
+		t.Fatalf("killed %v, want the fresh choice alone: [%s]", got, smallBurstable.Name)
+	}
+	if k.calls[0].override != nil {
+		t.Errorf("the fresh victim was killed with override %d, want its own grace", *k.calls[0].override)
+	}
+	if n := count(events, "Preempting"); n != 1 {
+		t.Errorf("%d Preempting events, want 1: %q", n, events)
+	}
+	if _, ok := store.Find(clusterCritPod.UID); ok {
+		t.Error("the finished preemption is still recorded")
+	}
+}
+
+// Where pods are alike, the fresh choice is the earlier kubelet's: of two
+// identical Burstable pods the stock rule takes the later in the list,
+// but the earlier one was signalled, so it is the victim, with the grace
+// it has left and no second event.
+func TestResumePrefersTheSignalledAmongIdenticalPods(t *testing.T) {
+	store, _ := installStore(t)
+	twin := castPod("small-burstable-twin", "100m", "100Mi", false, nil)
+	pods := []*v1.Pod{smallBurstable, twin}
+	began := time.Now().Add(-2 * time.Second)
+	if err := store.Record(checkpoint.Preemption{PodUID: clusterCritPod.UID, Started: began,
+		Victims: []checkpoint.Victim{{UID: smallBurstable.UID, Name: smallBurstable.Name, GracePeriodSeconds: 10, KillStarted: began}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		opts settings.Settings
+		want string
+	}{{settings.Defaults(), twin.Name}, {resuming(), smallBurstable.Name}} {
+		k := &recordingKill{}
+		rec := record.NewFakeRecorder(20)
+		h := newHandler(func() []*v1.Pod { return pods }, k.kill, rec, c.opts)
+		_, ctx := ktesting.NewTestContext(t)
+		if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(50), lifecycle.AddOperation); err != nil {
+			t.Fatal(err)
+		}
+		if got := k.names(); !slices.Equal(got, []string{c.want}) {
+			t.Errorf("resume %v: killed %v, want [%s]", c.opts.On(patched.PreemptionResume), got, c.want)
+		}
+		if c.opts.On(patched.PreemptionResume) && (k.calls[0].override == nil || count(drainEvents(rec), "Preempting") != 0) {
+			t.Errorf("the signalled victim was not killed with the grace it has left and no second event")
+		}
+	}
+}
