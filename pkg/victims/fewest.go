@@ -33,21 +33,9 @@ func SelectFewest(policy Policy, reqs []Requirement, cands []Candidate) ([]int, 
 // preferred marks (nil marks none). A resumed preemption prefers the
 // victims an earlier kubelet already signalled.
 func SelectFewestPreferring(policy Policy, reqs []Requirement, cands []Candidate, preferred []bool) ([]int, error) {
-	if err := validate(reqs, cands); err != nil {
-		return nil, err
-	}
-	switch policy {
-	case PolicyUpstream:
-		return selectUpstreamFewest(reqs, cands, nil, preferred)
-	case PolicyPriority:
-		keep, ok := priorityCeiling(reqs, cands)
-		if !ok {
-			return selectUpstream(reqs, cands, nil)
-		}
+	return byPolicy(policy, reqs, cands, func(keep func(int) bool) ([]int, error) {
 		return selectUpstreamFewest(reqs, cands, keep, preferred)
-	}
-	_, err := ParsePolicy(string(policy))
-	return nil, err
+	})
 }
 
 // selectUpstreamFewest is selectUpstream weighing every choice of its

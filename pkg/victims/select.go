@@ -12,14 +12,25 @@ import (
 // cannot cover the need, and an *InputError for malformed input; in both
 // cases nothing may be preempted.
 func Select(policy Policy, reqs []Requirement, cands []Candidate) ([]int, error) {
+	return byPolicy(policy, reqs, cands, func(keep func(int) bool) ([]int, error) {
+		return selectUpstream(reqs, cands, keep)
+	})
+}
+
+// byPolicy validates the input and has pick choose among the candidates
+// policy lets go (keep; nil for all): every one under PolicyUpstream;
+// under PolicyPriority those at or below the lowest priority whose
+// candidates cover the need, or every one when none does or nothing is
+// needed (the upstream rule reports both the same way).
+func byPolicy(policy Policy, reqs []Requirement, cands []Candidate, pick func(keep func(int) bool) ([]int, error)) ([]int, error) {
 	if err := validate(reqs, cands); err != nil {
 		return nil, err
 	}
 	switch policy {
 	case PolicyUpstream:
-		return selectUpstream(reqs, cands, nil)
+		return pick(nil)
 	case PolicyPriority:
-		return selectPriority(reqs, cands)
+		return pick(priorityCeiling(reqs, cands))
 	}
 	_, err := ParsePolicy(string(policy))
 	return nil, err
@@ -164,24 +175,13 @@ func unmet(reqs []Requirement, rest []int64) *UnmetError {
 	return e
 }
 
-// selectPriority finds the lowest priority P such that the candidates at or
-// below P cover the need, and chooses among those as the stock kubelet does.
-// Any pod it preempts has priority <= P, and the need cannot be met below P,
-// so no pod is preempted where pods of lower priority alone would do.
-func selectPriority(reqs []Requirement, cands []Candidate) ([]int, error) {
-	keep, ok := priorityCeiling(reqs, cands)
-	if !ok {
-		// Either nothing can cover the need, or nothing is needed: the
-		// upstream rule reports both the same way.
-		return selectUpstream(reqs, cands, nil)
-	}
-	return selectUpstream(reqs, cands, keep)
-}
-
-// priorityCeiling returns which candidates selectPriority may take: those
-// at or below the lowest priority whose candidates cover the need. ok is
-// false when no priority does, or nothing is needed.
-func priorityCeiling(reqs []Requirement, cands []Candidate) (keep func(int) bool, ok bool) {
+// priorityCeiling returns which candidates PolicyPriority may take: those
+// at or below the lowest priority P whose candidates cover the need. Any
+// pod it preempts then has priority <= P, and the need cannot be met
+// below P, so no pod is preempted where pods of lower priority alone
+// would do. nil (every candidate) when no priority covers the need, or
+// nothing is needed.
+func priorityCeiling(reqs []Requirement, cands []Candidate) (keep func(int) bool) {
 	order := make([]int, len(cands))
 	for i := range order {
 		order[i] = i
@@ -200,9 +200,9 @@ func priorityCeiling(reqs []Requirement, cands []Candidate) (keep func(int) bool
 		ceiling = int64(p)
 	}
 	if open(rest) || ceiling == math.MinInt64 {
-		return nil, false
+		return nil
 	}
-	return func(i int) bool { return int64(cands[i].Priority) <= ceiling }, true
+	return func(i int) bool { return int64(cands[i].Priority) <= ceiling }
 }
 
 // Remaining returns reqs less what the given candidates free, each quantity

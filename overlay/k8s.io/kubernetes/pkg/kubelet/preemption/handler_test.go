@@ -361,18 +361,14 @@ func TestHandleDeviceShortfallWeighsHeldDevices(t *testing.T) {
 		{"requests", nil, []string{stale.Name}},
 		{"held devices", heldByHolder, []string{holder.Name}},
 	} {
-		var killed []string
-		h := newHandler(func() []*v1.Pod { return pods },
-			func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
-				killed = append(killed, pod.Name)
-				return nil
-			}, record.NewFakeRecorder(10), settings.Upstream())
+		k := &recordingKill{}
+		h := newHandler(func() []*v1.Pod { return pods }, k.kill, record.NewFakeRecorder(10), settings.Upstream())
 		left, err := h.HandleDeviceShortfall(context.Background(), critical, reasons, lifecycle.AddOperation, c.held)
 		if err != nil || len(left) != 0 {
 			t.Fatalf("%s: left %v, err %v", c.name, left, err)
 		}
-		if !slices.Equal(killed, c.want) {
-			t.Errorf("weighed by %s: killed %v, want %v", c.name, killed, c.want)
+		if got := k.names(); !slices.Equal(got, c.want) {
+			t.Errorf("weighed by %s: killed %v, want %v", c.name, got, c.want)
 		}
 	}
 }
@@ -399,12 +395,8 @@ func TestHandleDeviceShortfallBreaksTiesForFewestVictims(t *testing.T) {
 	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1), insufficientOf(nic, 1)}
 	byRequest := func(*v1.Pod, v1.ResourceName) (int64, bool) { return 0, false }
 	run := func(device bool) []string {
-		var killed []string
-		h := newHandler(func() []*v1.Pod { return pods },
-			func(pod *v1.Pod, _ bool, _ *int64, _ func(*v1.PodStatus)) error {
-				killed = append(killed, pod.Name)
-				return nil
-			}, record.NewFakeRecorder(10), settings.Upstream())
+		k := &recordingKill{}
+		h := newHandler(func() []*v1.Pod { return pods }, k.kill, record.NewFakeRecorder(10), settings.Upstream())
 		var err error
 		if device {
 			_, err = h.HandleDeviceShortfall(context.Background(), clusterCritPod, reasons, lifecycle.AddOperation, byRequest)
@@ -414,8 +406,7 @@ func TestHandleDeviceShortfallBreaksTiesForFewestVictims(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		slices.Sort(killed)
-		return killed
+		return k.names()
 	}
 	if got := run(false); !slices.Equal(got, []string{"gpus-only", "nic-only"}) {
 		t.Fatalf("the stock rule killed %v, want [gpus-only nic-only]: the case no longer ties", got)
