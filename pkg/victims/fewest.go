@@ -4,11 +4,16 @@ import (
 	"slices"
 )
 
-// maxTieSteps bounds the search of SelectFewest: the choices it weighs
-// past the first, which is always made. A few thousand steps cover every
-// tie a node of a few hundred pods meets in practice; beyond them the best
-// choice found so far stands.
-const maxTieSteps = 4096
+// The search of SelectFewest runs on the kubelet's sync loop, so it is
+// bounded: maxTieSteps steps in all (a pick of one pod, or a combination
+// of the passes' choices weighed, each O(pods × requirements)), and at
+// most maxChoices choices kept per pass. Ties on real nodes take a few
+// dozen steps; past the bound the best choice found so far stands, and
+// Select's is always one.
+const (
+	maxTieSteps = 2048
+	maxChoices  = 64
+)
 
 // SelectFewest is Select, except where the stock kubelet's rule meets a
 // full tie: pods of one class at the same distance from what is still
@@ -22,8 +27,8 @@ const maxTieSteps = 4096
 // order leads to, so without ties it returns exactly what Select does.
 // Errors are Select's.
 //
-// Cost: Select's for the first choice, then at most maxTieSteps steps of
-// O(pods × len(reqs)) each.
+// Cost: Select's, then at most maxTieSteps steps of O(pods × len(reqs))
+// each.
 func SelectFewest(policy Policy, reqs []Requirement, cands []Candidate) ([]int, error) {
 	return SelectFewestPreferring(policy, reqs, cands, nil)
 }
@@ -41,6 +46,12 @@ func SelectFewestPreferring(policy Policy, reqs []Requirement, cands []Candidate
 // selectUpstreamFewest is selectUpstream weighing every choice of its
 // three passes (Guaranteed, Burstable, BestEffort) that ties allow.
 func selectUpstreamFewest(reqs []Requirement, cands []Candidate, keep func(int) bool, preferred []bool) ([]int, error) {
+	s := &tieSearch{cands: cands, preferred: preferred, steps: maxTieSteps}
+	return s.selectUpstream(reqs, keep)
+}
+
+func (s *tieSearch) selectUpstream(reqs []Requirement, keep func(int) bool) ([]int, error) {
+	cands, preferred := s.cands, s.preferred
 	first, err := selectUpstream(reqs, cands, keep)
 	if err != nil {
 		return nil, err
@@ -53,7 +64,6 @@ func selectUpstreamFewest(reqs []Requirement, cands []Candidate, keep func(int) 
 	}
 	need := needOf(reqs)
 	be, bu, gu := class[BestEffort], class[Burstable], class[Guaranteed]
-	s := &tieSearch{cands: cands, preferred: preferred, steps: maxTieSteps}
 	score := func(plan []int) planScore {
 		sc := planScore{victims: len(plan), excess: excess(need, cands, plan)}
 		for _, i := range plan {
@@ -64,12 +74,13 @@ func selectUpstreamFewest(reqs []Requirement, cands []Candidate, keep func(int) 
 		return sc
 	}
 	best, bestScore := first, score(first)
+	// Each combination weighed is a step: the passes' choices multiply.
 	for _, guVictims := range s.choices(gu, freedBy(need, cands, be, bu)) {
 		for _, buVictims := range s.choices(bu, freedBy(need, cands, be, guVictims)) {
 			for _, beVictims := range s.choices(be, freedBy(need, cands, buVictims, guVictims)) {
-				// Each combination weighed is a step: the passes' choices
-				// multiply.
-				s.steps--
+				if !s.spend() {
+					return best, nil
+				}
 				out := slices.Concat(beVictims, buVictims, guVictims)
 				if sc := score(out); sc.better(bestScore) {
 					best, bestScore = out, sc
@@ -126,12 +137,22 @@ func excess(need []int64, cands []Candidate, victims []int) float64 {
 type tieSearch struct {
 	cands     []Candidate
 	preferred []bool
-	steps     int
+	steps     int // left
+	walked    int // steps taken by walk, for the tests
+}
+
+// spend takes one step, and reports false when none is left.
+func (s *tieSearch) spend() bool {
+	if s.steps <= 0 {
+		return false
+	}
+	s.steps--
+	return true
 }
 
 // choices returns the victim lists closest can pick from pods for need in
-// some order of them, each set of pods once: the first always, the rest as
-// far as the budget goes. Which order leads to which does not matter: the
+// some order of them, each set of pods once, at most maxChoices, as far as
+// the budget goes (none once it is spent). Which order leads to which does not matter: the
 // caller starts from Select's own choice and replaces it only with a
 // strictly better one.
 func (s *tieSearch) choices(pods []int, need []int64) [][]int {
@@ -143,6 +164,10 @@ func (s *tieSearch) choices(pods []int, need []int64) [][]int {
 
 // walk picks pods from at until need is met, branching at each full tie.
 func (s *tieSearch) walk(at []int, need []int64, chosen []int, out *[][]int, seen map[string]bool) {
+	s.walked++
+	if len(*out) >= maxChoices || !s.spend() {
+		return
+	}
 	if !open(need) {
 		key := setKey(chosen)
 		if !seen[key] {
@@ -150,12 +175,6 @@ func (s *tieSearch) walk(at []int, need []int64, chosen []int, out *[][]int, see
 			*out = append(*out, slices.Clone(chosen))
 		}
 		return
-	}
-	if len(*out) > 0 {
-		if s.steps <= 0 {
-			return
-		}
-		s.steps--
 	}
 	ties := s.tied(at, need)
 	if len(ties) == 0 {

@@ -171,6 +171,47 @@ func TestSelectFewestBreaksATieForFewerVictims(t *testing.T) {
 	}
 }
 
+// adversarialTies is a node on which unbounded tie-breaking explodes: one
+// BestEffort pod and n Burstable pods each holding a gpu and a different
+// count of nics, alike otherwise, 20 gpus short; with guaranteed, the
+// Burstable pods are Guaranteed behind a Burstable pass instead.
+func adversarialTies(n int, guaranteed bool) ([]Requirement, []Candidate) {
+	reqs := []Requirement{{Resource: "example.com/gpu", Quantity: 20}, {Resource: "example.com/nic", Quantity: 1}}
+	cands := []Candidate{{QOS: BestEffort, Requests: []int64{0, 1}}}
+	for i := range n {
+		c := Candidate{QOS: Burstable, Memory: 64 << 20, CPU: 100, Requests: []int64{1, int64(i % 97)}}
+		if guaranteed {
+			c.QOS = Guaranteed
+		}
+		cands = append(cands, c)
+	}
+	if guaranteed {
+		cands = append(cands, Candidate{QOS: Burstable, Memory: 64 << 20, CPU: 100, Requests: []int64{1, 0}})
+	}
+	return reqs, cands
+}
+
+// The search is bounded: on nodes where weighing every tie explodes, it
+// takes no more than its steps, keeps no more than its choices per pass,
+// and returns a valid plan no larger than Select's.
+func TestSelectFewestStaysWithinItsBudget(t *testing.T) {
+	for _, c := range []struct {
+		n          int
+		guaranteed bool
+	}{{100, false}, {300, false}, {150, true}} {
+		reqs, cands := adversarialTies(c.n, c.guaranteed)
+		s := &tieSearch{cands: cands, steps: maxTieSteps}
+		plan, err := s.selectUpstream(reqs, nil)
+		checkPlan(t, reqs, cands, plan, err)
+		if s.walked > maxTieSteps+maxChoices {
+			t.Errorf("%d pods (guaranteed %v): %d steps walked, want at most %d", c.n, c.guaranteed, s.walked, maxTieSteps+maxChoices)
+		}
+		if given, _ := Select(PolicyUpstream, reqs, cands); len(plan) > len(given) {
+			t.Errorf("%d pods: %d victims, more than Select's %d", c.n, len(plan), len(given))
+		}
+	}
+}
+
 // A large node of pods alike but for their devices: the search stays
 // within its budget (a test that ends) and its plan is valid and no
 // larger than Select's.
@@ -191,6 +232,8 @@ func TestSelectFewestOnALargeNodeOfTies(t *testing.T) {
 	}
 }
 
+// The search's cost against Select's, on a node of 110 pods with ties and
+// on the adversarial node of 300.
 func BenchmarkSelectFewestTies(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 9))
 	reqs := []Requirement{{Resource: "example.com/gpu", Quantity: 12}, {Resource: "example.com/nic", Quantity: 12}}
@@ -198,16 +241,24 @@ func BenchmarkSelectFewestTies(b *testing.B) {
 	for i := range cands {
 		cands[i] = Candidate{QOS: QOSClass(1 + r.IntN(3)), Memory: 64 << 20, CPU: 100, Requests: []int64{r.Int64N(4), r.Int64N(4)}}
 	}
-	for _, f := range []struct {
-		name string
-		sel  func(Policy, []Requirement, []Candidate) ([]int, error)
-	}{{"Select", Select}, {"SelectFewest", SelectFewest}} {
-		b.Run(f.name, func(b *testing.B) {
-			for b.Loop() {
-				if _, err := f.sel(PolicyUpstream, reqs, cands); err != nil {
-					b.Fatal(err)
+	advReqs, advCands := adversarialTies(300, false)
+	for _, node := range []struct {
+		name  string
+		reqs  []Requirement
+		cands []Candidate
+	}{{"ties", reqs, cands}, {"adversarial", advReqs, advCands}} {
+		for _, f := range []struct {
+			name string
+			sel  func(Policy, []Requirement, []Candidate) ([]int, error)
+		}{{"Select", Select}, {"SelectFewest", SelectFewest}} {
+			b.Run(node.name+"/"+f.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := f.sel(PolicyUpstream, node.reqs, node.cands); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

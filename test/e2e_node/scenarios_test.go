@@ -246,7 +246,9 @@ func TestMaxPods(t *testing.T) {
 // With the setting on a node whose topology manager is single-numa-node,
 // where freed widgets could still be refused for their alignment, nothing
 // is killed: each pod short of widgets is refused as upstream refuses it,
-// with a DevicePreemptionSkipped event saying why.
+// with a DevicePreemptionSkipped event saying why. (The stub plugin's
+// widgets report no NUMA node, so the refusal is the device manager's
+// count refusal; a TopologyAffinityError is covered by the unit tests.)
 func TestDevicePluginResource(t *testing.T) {
 	const widget = v1.ResourceName("critlet.example/widget")
 	opts := scenarioOptions{critletVariants: []kubeletUnderTest{devicePreempting, devicePreemptingSingleNUMA}, timeout: 12 * time.Minute}

@@ -45,7 +45,10 @@ type critletPluginState struct {
 	// awayOnce: one refusal as if the plugin were away, its devices still
 	// listed healthy (it went and came back around the attempt).
 	awayOnce bool
-	asked    int
+	// awayAs, when set, is the resource an away refusal names: another
+	// plugin the pod needs, still away.
+	awayAs string
+	asked  int
 }
 
 func (s *critletPluginState) Admit(context.Context, *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
@@ -61,10 +64,14 @@ func (s *critletPluginState) Admit(context.Context, *lifecycle.PodAdmitAttribute
 	case s.awayOnAdmit:
 		s.healthy = 0
 		fallthrough
-	case s.healthy == 0 || s.awayOnce:
+	case s.healthy == 0 || s.awayOnce || s.awayAs != "":
 		s.awayOnce = false
+		away := critletWidget
+		if s.awayAs != "" && s.healthy > 0 {
+			away = s.awayAs
+		}
 		return lifecycle.PodAdmitResult{Reason: lifecycle.UnexpectedAdmissionError,
-			Message: "Allocate failed due to cannot allocate unregistered device " + critletWidget + ", which is unexpected"}
+			Message: "Allocate failed due to cannot allocate unregistered device " + away + ", which is unexpected"}
 	}
 	return lifecycle.PodAdmitResult{Admit: true}
 }
@@ -504,5 +511,17 @@ func TestCritletHeldPodWaitsOnlyForThePluginNamed(t *testing.T) {
 	kl.critletRetryHeldForDevices(tCtx)
 	if !kl.allocationManager.HasPodAllocatedResources(pod.UID) {
 		t.Fatalf("the pod was not admitted once %s was back (held: %+v)", critletWidget, kl.critletHeldForDevices().All())
+	}
+}
+
+// A pod needing two plugins, both away, is refused for the first the
+// device manager reaches; retried once that one is back, it is refused for
+// the other and waits for that one then.
+func TestCritletHeldPodWaitsForTheNextPluginNamed(t *testing.T) {
+	const gadget = "example.com/gadget"
+	testKubelet, _, _ := critletRefusedAgain(t, "two-plugins", func(s *critletPluginState) { s.awayAs = gadget })
+	held := testKubelet.kubelet.critletHeldForDevices().All()
+	if len(held) != 1 || !slices.Equal(held[0].Waiting, []string{gadget}) {
+		t.Fatalf("held = %+v, want the pod waiting for %s, the plugin its retry was refused for", held, gadget)
 	}
 }

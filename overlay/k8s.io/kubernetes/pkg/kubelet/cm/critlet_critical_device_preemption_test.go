@@ -316,6 +316,11 @@ func TestCritletDevicePreemptionCountsInitContainersDevices(t *testing.T) {
 	if gpu := critletShortOf(t, k.got)[critletGPU]; gpu.Used != 4 {
 		t.Errorf("device shortfall %+v, want all 4 devices used (one by an init container)", gpu)
 	}
+	// The device manager keeps an init container's devices until the pod
+	// is removed: killing the pod frees it.
+	if got, ok := k.held(a, critletGPU); got != 1 || !ok {
+		t.Errorf("the pod whose init container holds d0 is credited with %d devices (%v), want 1", got, ok)
+	}
 	if got := n.holds[critical.UID]["c"]; !slices.Equal(got, []string{"d0", "d1"}) {
 		t.Errorf("critical pod got devices %v, want the victims' d0 d1", got)
 	}
