@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	utilsysctl "k8s.io/component-helpers/node/util/sysctl"
 
@@ -156,7 +157,8 @@ func TestProcessWithReusedPIDIsNotKilled(t *testing.T) {
 	if err := other.Stop(0); err != nil {
 		t.Fatal(err)
 	}
-	if !real.Alive() {
+	// A signal takes a moment to act.
+	if real.Wait(500 * time.Millisecond) {
 		t.Error("Kill of a stale record killed the process now at its PID")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/critlet/critlet/internal/localnode/isolation"
+	"github.com/critlet/critlet/internal/localnode/process"
 )
 
 // A machine is entered through its systemd's namespaces, each opened once
@@ -16,36 +17,63 @@ import (
 // root (poweroff, apt, kubeadm), and a PID reused by a host process would
 // aim them at the host.
 
-// openMachine opens the namespaces of machine m's systemd, every kind
-// nsenter -a joins there. systemd is systemd-nspawn's child: the children
-// are read through nspawn's /proc directory checked by PID and start time,
-// each confirmed to be nspawn's (process.Ref.Children), and the namespaces
-// opened through the child's own checked directory, none of them the
-// host's (isolation.Open). So nspawn's first child, which sets the machine
-// up in a mount namespace of its own only, is passed over; and systemd's
-// process is taken only once it has its cgroup namespace, which nspawn
-// makes after it has joined the machine's network namespace.
-func openMachine(m *Machine) (*isolation.Namespaces, error) {
+// machineSystemd finds machine m's systemd: the child of systemd-nspawn
+// in a PID namespace of its own. The children are read through nspawn's
+// /proc directory checked by PID and start time, each confirmed to be
+// nspawn's (process.Ref.Children), and the PID namespace through the
+// child's own checked directory (isolation.Open). That is enough to kill
+// it (halt), not to enter it (openMachine).
+//
+// nspawn has one child at a time. The first, its outer child, is in a
+// mount namespace of its own only: it is refused, and looked for again.
+// The outer child forks the inner one, in new mount, UTS, IPC and PID
+// namespaces, and exits; the inner child, nspawn's from then on, joins
+// the machine's network namespace right after the fork, makes its cgroup
+// namespace once nspawn has moved it to the machine's cgroups, and execs
+// systemd. Every child is tried all the same.
+func machineSystemd(m *Machine) (process.Ref, error) {
 	if m.Boot == nil {
-		return nil, fmt.Errorf("machine %s is not running", m.Name)
+		return process.Ref{}, fmt.Errorf("machine %s is not running", m.Name)
 	}
 	children, err := m.Boot.Children()
 	if err != nil {
-		return nil, fmt.Errorf("machine %s is not running: %w", m.Name, err)
+		return process.Ref{}, fmt.Errorf("machine %s is not running: %w", m.Name, err)
 	}
 	if len(children) == 0 {
-		return nil, fmt.Errorf("machine %s: systemd-nspawn has no child yet", m.Name)
+		return process.Ref{}, fmt.Errorf("machine %s: systemd-nspawn has no child yet", m.Name)
 	}
 	var errs []error
 	for _, sd := range children {
 		sd.Name = m.Name + " systemd"
-		ns, err := isolation.Open(sd, isolation.ContainerKinds...)
+		ns, err := isolation.Open(sd, isolation.PID)
 		if err == nil {
-			return ns, nil
+			ns.Close()
+			return sd, nil
 		}
 		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("machine %s: no child of systemd-nspawn (pid %d) is in namespaces of its own: %w", m.Name, m.Boot.PID, errors.Join(errs...))
+	return process.Ref{}, fmt.Errorf("machine %s: no child of systemd-nspawn (pid %d) is in a PID namespace of its own: %w", m.Name, m.Boot.PID, errors.Join(errs...))
+}
+
+// openMachine opens the namespaces of machine m's systemd
+// (machineSystemd), every kind nsenter -a joins there, through its
+// checked /proc directory, none of them the host's (isolation.Open).
+func openMachine(m *Machine) (*isolation.Namespaces, error) {
+	sd, err := machineSystemd(m)
+	if err != nil {
+		return nil, err
+	}
+	return openSystemd(m, sd)
+}
+
+// openSystemd opens the namespaces of sd, machine m's systemd, as
+// openMachine does.
+func openSystemd(m *Machine, sd process.Ref) (*isolation.Namespaces, error) {
+	ns, err := isolation.Open(sd, isolation.ContainerKinds...)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: its systemd is not in namespaces of its own: %w", m.Name, err)
+	}
+	return ns, nil
 }
 
 // checkNetwork fails unless ns, machine m's systemd's namespaces, has nic

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/critlet/critlet/internal/localnode/isolation"
+	"github.com/critlet/critlet/internal/localnode/process"
 	"github.com/critlet/critlet/internal/localnode/process/proctest"
 )
 
@@ -94,9 +95,16 @@ func TestExecInputRefuses(t *testing.T) {
 	}
 }
 
+// without drops the options given from args.
+func without(args []string, drop ...string) []string {
+	return slices.DeleteFunc(slices.Clone(args), func(a string) bool { return slices.Contains(drop, a) })
+}
+
 // A booted machine's systemd is checked to be in the network namespace it
 // was booted with (by descriptor), before anything runs there: one that
-// is not is halted.
+// is not is halted, its systemd killed with nspawn. So is one in the
+// host's network namespace, at once: its systemd has its cgroup namespace,
+// which nspawn makes last, so that is final.
 func TestBootedMachineNetwork(t *testing.T) {
 	needNamespaceTools(t)
 	holder := testHolder(t, "n1 nic")
@@ -107,8 +115,7 @@ func TestBootedMachineNetwork(t *testing.T) {
 	defer nic.Close()
 
 	// nspawn's child joined the holder's network namespace.
-	sharedNet := slices.DeleteFunc(slices.Clone(machineLike), func(a string) bool { return a == "--net" })
-	_, m := fakeMachine(t, append([]string{"nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", holder.PID), "--"}, sharedNet...)...)
+	_, m := fakeMachine(t, append([]string{"nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", holder.PID), "--"}, without(machineLike, "--net")...)...)
 	proctest.Child(t, *m.Boot)
 	ns, err := openMachine(m)
 	if err != nil {
@@ -119,17 +126,110 @@ func TestBootedMachineNetwork(t *testing.T) {
 	}
 	ns.Close()
 
-	// nspawn's child in a network namespace of its own.
-	c, m := fakeMachine(t, machineLike...)
-	nspawn := *m.Boot
-	proctest.Child(t, nspawn)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = c.waitBooted(ctx, m, nic)
-	if err == nil || !strings.Contains(err.Error(), "is not in the network namespace held by n1 nic") || !strings.Contains(err.Error(), "halted") {
-		t.Errorf("waitBooted of a machine off its network: %v, want it halted", err)
+	for name, c := range map[string]struct {
+		nspawn []string
+		want   string
+	}{
+		"of its own": {machineLike, "is not in the network namespace held by n1 nic"},
+		"the host's": {without(machineLike, "--net"), "its net namespace is the host's"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cl, m := fakeMachine(t, c.nspawn...)
+			nspawn := *m.Boot
+			sd := proctest.Child(t, nspawn)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := cl.waitBooted(ctx, m, nic)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "halted") {
+				t.Errorf("waitBooted of a machine off its network: %v, want it halted (%q)", err, c.want)
+			}
+			if m.Boot != nil || nspawn.Alive() || sd.Alive() {
+				t.Errorf("the machine off its network still runs (nspawn %+v recorded, alive %v, its systemd alive %v)", m.Boot, nspawn.Alive(), sd.Alive())
+			}
+		})
 	}
-	if m.Boot != nil || nspawn.Alive() {
-		t.Errorf("the machine off its network still runs (nspawn %+v recorded, alive %v)", m.Boot, nspawn.Alive())
+}
+
+// A power cut kills the machine's systemd even when it cannot be entered
+// (here in the host's IPC namespace): nspawn killed alone would leave it
+// running.
+func TestPowerCutKillsASystemdItCannotEnter(t *testing.T) {
+	needNamespaceTools(t)
+	c, m := fakeMachine(t, without(machineLike, "--ipc")...)
+	nspawn := *m.Boot
+	sd := proctest.Child(t, nspawn)
+	if ns, err := openMachine(m); err == nil {
+		ns.Close()
+		t.Fatal("openMachine let a systemd in the host's IPC namespace be entered")
+	} else if !errors.Is(err, isolation.ErrHostNamespace) {
+		t.Fatalf("openMachine of a systemd in the host's IPC namespace: %v, want a refusal", err)
+	}
+	start := time.Now()
+	if err := c.PowerCut(context.Background(), "n1"); err != nil {
+		t.Error(err)
+	}
+	if m.Boot != nil || nspawn.Alive() || sd.Alive() {
+		t.Errorf("after the power cut, nspawn recorded %+v, alive %v, its systemd alive %v", m.Boot, nspawn.Alive(), sd.Alive())
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the power cut took %s", d)
+	}
+}
+
+// The machine's systemd is nspawn's child in a PID namespace of its own,
+// whichever of its children that is: here the second, after one in the
+// host's namespaces.
+func TestMachineSystemdIsAnyChild(t *testing.T) {
+	needNamespaceTools(t)
+	// The shell starts a sleep in its own, the host's, namespaces, then
+	// execs unshare, whose child has namespaces of its own: both are
+	// children of the one process.
+	cl, m := fakeMachine(t, append([]string{"/bin/sh", "-c", `/bin/sleep 60 & exec "$@"`, "sh"}, machineLike...)...)
+	var children []process.Ref
+	for deadline := time.Now().Add(10 * time.Second); len(children) < 2; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if children, err = m.Boot.Children(); err != nil || time.Now().After(deadline) {
+			t.Fatalf("nspawn's stand-in has children %+v (%v), want 2", children, err)
+		}
+	}
+	sd, err := machineSystemd(m)
+	if err != nil || sd.PID != children[1].PID {
+		t.Fatalf("machineSystemd = %+v, %v; want the second child %+v", sd, err, children[1])
+	}
+	if out, err := cl.Exec(context.Background(), "n1", "readlink", "/proc/self/ns/pid"); err != nil || strings.TrimSpace(out) != pidnsLink(t, sd.PID) {
+		t.Errorf("Exec in the machine: %q, %v; want it in the PID namespace %s", out, err, pidnsLink(t, sd.PID))
+	}
+}
+
+// pidnsLink is the name of pid's PID namespace.
+func pidnsLink(t *testing.T, pid int) string {
+	t.Helper()
+	l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// A machine whose systemd has no cgroup namespace of its own yet may still
+// be joining its network namespace: waitBooted waits, and halts nothing.
+func TestBootingMachineIsNotHaltedEarly(t *testing.T) {
+	needNamespaceTools(t)
+	holder := testHolder(t, "n1 nic")
+	nic, err := openNetns(holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nic.Close()
+	c, m := fakeMachine(t, without(machineLike, "--net", "--cgroup")...)
+	nspawn := *m.Boot
+	sd := proctest.Child(t, nspawn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.waitBooted(ctx, m, nic); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waitBooted of a machine not yet in its cgroup namespace: %v, want it waited for", err)
+	}
+	if m.Boot == nil || !nspawn.Alive() || !sd.Alive() {
+		t.Errorf("the booting machine was halted (nspawn %+v recorded, alive %v, its systemd alive %v)", m.Boot, nspawn.Alive(), sd.Alive())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,13 +89,20 @@ func (c *Cluster) launcherCmd(m *Machine, nic *isolation.Namespaces) *exec.Cmd {
 	args = append(args, c.nspawnArgs(m)...)
 	cmd := exec.Command("sh", args...)
 	cmd.ExtraFiles = nic.Files()
+	// nspawn takes settings from SYSTEMD_NSPAWN_* variables too, some of
+	// which share the host's namespaces with the machine
+	// (SYSTEMD_NSPAWN_USE_CGNS=0, SYSTEMD_NSPAWN_SHARE_NS_PID=1, …): such
+	// a machine is never entered, and Boot would fail without saying why.
+	// The machine is made by its arguments alone.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SYSTEMD_NSPAWN_") })
 	return cmd
 }
 
 // waitBooted waits for systemd in m to finish booting: running, or
 // degraded with the failed units named in the error. Before anything is
-// run in m, its systemd's network namespace is checked to be nic's, the
-// one it was booted with: were it any other, m is halted.
+// run in m, its systemd's namespaces are checked once final: none of them
+// the host's, and its network namespace nic's, the one it was booted
+// with. Were it otherwise, m is halted at once.
 func (c *Cluster) waitBooted(ctx context.Context, m *Machine, nic *isolation.Namespaces) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	var last string
@@ -104,8 +112,8 @@ func (c *Cluster) waitBooted(ctx context.Context, m *Machine, nic *isolation.Nam
 			return fmt.Errorf("machine %s stopped while booting; see %s:\n%s", m.Name, c.ConsoleLog(m.Name), c.consoleTail(m.Name))
 		}
 		if !checked {
-			ns, err := openMachine(m)
-			if err != nil { // systemd not started yet
+			ns, final, err := openBooted(m)
+			if !final { // systemd not started yet
 				last = err.Error()
 				if err := ctx.Err(); err != nil {
 					return err
@@ -113,8 +121,10 @@ func (c *Cluster) waitBooted(ctx context.Context, m *Machine, nic *isolation.Nam
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			err = checkNetwork(m, ns, nic)
-			ns.Close()
+			if err == nil {
+				err = checkNetwork(m, ns, nic)
+				ns.Close()
+			}
 			if err != nil {
 				return errors.Join(fmt.Errorf("%w: halted", err), c.halt(m))
 			}
@@ -136,6 +146,25 @@ func (c *Cluster) waitBooted(ctx context.Context, m *Machine, nic *isolation.Nam
 		time.Sleep(300 * time.Millisecond)
 	}
 	return fmt.Errorf("machine %s has not finished booting in 3m (%s); see %s", m.Name, last, c.ConsoleLog(m.Name))
+}
+
+// openBooted opens the namespaces of booting machine m's systemd
+// (openMachine) once they are final, which final reports, error or not.
+// nspawn's inner child makes its cgroup namespace after it has its others
+// (machineSystemd): until then it may still be joining the machine's
+// network namespace, and from then on one of the host's is there to stay.
+func openBooted(m *Machine) (ns *isolation.Namespaces, final bool, err error) {
+	sd, err := machineSystemd(m)
+	if err != nil {
+		return nil, false, err
+	}
+	cg, err := isolation.Open(sd, isolation.Cgroup)
+	if err != nil {
+		return nil, false, err
+	}
+	cg.Close()
+	ns, err = openSystemd(m, sd)
+	return ns, err == nil || errors.Is(err, isolation.ErrHostNamespace), err
 }
 
 func (c *Cluster) consoleTail(name string) string {
@@ -181,10 +210,10 @@ func (c *Cluster) halt(m *Machine) error {
 	}
 	// systemd as PID 1 ignores SIGTERM from outside: Stop's SIGKILL ends
 	// it, and the PID namespace with it. Only the process found as the
-	// machine's systemd (openMachine) is signalled, by PID and start time.
-	if ns, err := openMachine(m); err == nil {
-		sd := ns.Holder()
-		ns.Close()
+	// machine's systemd (machineSystemd) is signalled, by PID and start
+	// time, even in namespaces it cannot be entered by: it has no
+	// parent-death signal, and would outlive nspawn killed alone.
+	if sd, err := machineSystemd(m); err == nil {
 		if err := sd.Stop(0); err != nil {
 			return err
 		}

@@ -24,12 +24,14 @@ func startDetached(name string, cmd *exec.Cmd, logPath string) (process.Ref, err
 	if err := cmd.Start(); err != nil {
 		return process.Ref{}, fmt.Errorf("starting %s: %w", cmd.Path, err)
 	}
+	// Its start time is read before it can be reaped: until then its PID
+	// is not another process's, even if it has exited at once.
+	ref, err := process.Find(name, cmd.Process.Pid)
 	// Reap it when it ends while this process lives; once this process
 	// exits, init does.
 	go func() { _ = cmd.Wait() }()
-	ref, err := process.Find(name, cmd.Process.Pid)
 	if err != nil {
-		return process.Ref{Name: name, PID: cmd.Process.Pid}, fmt.Errorf("%s exited at once; see %s: %w", cmd.Path, logPath, err)
+		return process.Ref{Name: name, PID: cmd.Process.Pid}, fmt.Errorf("starting %s (see %s): %w", cmd.Path, logPath, err)
 	}
 	ref.LogFile = logPath
 	return ref, nil

@@ -1,8 +1,16 @@
 package process_test
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/critlet/critlet/internal/localnode/process"
 	"github.com/critlet/critlet/internal/localnode/process/proctest"
@@ -38,4 +46,92 @@ func TestChildren(t *testing.T) {
 	if c, err := stale.Child(child.PID); err == nil || !strings.Contains(err.Error(), "is gone") {
 		t.Errorf("Child of a parent recorded with another start time: %+v, %v; want a refusal", c, err)
 	}
+}
+
+// A child is taken for its parent's only while the parent's directory,
+// opened when the parent was checked, shows it running still: a PID that
+// is a process's parent now may have had it only since the check. Here the
+// directory of a process that has exited stands for the parent's.
+func TestChildAtOfAParentGone(t *testing.T) {
+	parent := proctest.Start(t, "parent", "/bin/sh", "-c", "/bin/sleep 60 & wait")
+	child := proctest.Child(t, parent)
+	gone := proctest.Start(t, "gone", "/bin/sleep", "60")
+	dir, err := gone.OpenProc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	if err := gone.Stop(0); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := parent.ChildAt(dir, child.PID); err == nil {
+		t.Errorf("ChildAt with the parent's directory showing it exited: %+v, want a refusal", c)
+	}
+}
+
+// A process's children are listed whichever of its threads forked them:
+// each thread has a list of its own. Here the test's process, from a
+// thread other than its main one.
+func TestChildrenOfEveryThread(t *testing.T) {
+	cmd := startOffMainThread(t, "/bin/sleep", "60")
+	self, err := process.Find("test", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	children, err := self.Children()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(children, func(c process.Ref) bool { return c.PID == cmd.Process.Pid }) {
+		t.Errorf("Children() = %+v lacks %d, forked by another thread than the main one", children, cmd.Process.Pid)
+	}
+}
+
+// startOffMainThread starts args from a thread of this process other than
+// its main one, kept until the test ends: a thread that exits hands its
+// children on to another.
+func startOffMainThread(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(args[0], args[1:]...)
+	started, release := make(chan error, 1), make(chan struct{})
+	t.Cleanup(func() {
+		close(release)
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	// Two threads locked at once, each its own goroutine's: the main
+	// thread is one of them at most.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := func() {
+		err := cmd.Start()
+		if err == nil {
+			tasks := fmt.Sprintf("/proc/self/task/%d/children", syscall.Gettid())
+			if b, rerr := os.ReadFile(tasks); rerr != nil || !slices.Contains(strings.Fields(string(b)), strconv.Itoa(cmd.Process.Pid)) {
+				err = fmt.Errorf("%s is %q (%v), want the child there", tasks, b, rerr)
+			}
+		}
+		started <- err
+	}
+	if syscall.Gettid() != os.Getpid() {
+		start()
+	} else {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			start()
+			<-release
+		}()
+	}
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the child was not started")
+	}
+	return cmd
 }

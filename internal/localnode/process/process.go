@@ -372,19 +372,21 @@ func Runs(pid int) bool {
 // and the component it supervises are gone. A process that no longer runs
 // is not an error.
 func (r Ref) Stop(grace time.Duration) error {
-	if !r.Alive() {
-		return nil
+	p, err := r.open()
+	if err != nil {
+		return nil // not running, or the PID is another process's now
 	}
+	defer p.Release()
 	// A supervisor killed outright leaves its component to Pdeathsig, which
 	// acts a moment later: wait for the component too.
 	// Every child, exec'd or not: Pdeathsig reaches a fork before its exec
 	// too.
 	children, _ := r.Children()
-	if err := syscall.Kill(r.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := p.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("%s (pid %d): SIGTERM: %w", r.Name, r.PID, err)
 	}
 	if !waitGone(r, grace) {
-		if err := syscall.Kill(r.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := p.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			return fmt.Errorf("%s (pid %d): SIGKILL: %w", r.Name, r.PID, err)
 		}
 		if !waitGone(r, 10*time.Second) {
@@ -397,6 +399,25 @@ func (r Ref) Stop(grace time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// open returns r's process to be signalled through a pidfd, which Go's
+// os.FindProcess opens on Linux 5.3 and later: a signal sent through it
+// reaches that process or none, even once its PID is another's. The pidfd
+// is opened first, then the PID checked to be r's still (OpenProc): r,
+// started before and running after, had the PID when it was opened.
+func (r Ref) open() (*os.Process, error) {
+	p, err := os.FindProcess(r.PID)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := r.OpenProc()
+	if err != nil {
+		p.Release()
+		return nil, err
+	}
+	dir.Close()
+	return p, nil
 }
 
 func waitGone(r Ref, d time.Duration) bool {

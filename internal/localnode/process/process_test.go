@@ -104,7 +104,8 @@ func TestStaleIdentityIsNotSignalled(t *testing.T) {
 	if err := stale.Stop(100 * time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if !h.Ref.Alive() {
+	// A signal takes a moment to act.
+	if h.Ref.Wait(500 * time.Millisecond) {
 		t.Fatal("Stop of a stale reference killed an unrelated process")
 	}
 }
