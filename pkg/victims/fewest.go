@@ -27,8 +27,8 @@ const (
 // order leads to, so without ties it returns exactly what Select does.
 // Errors are Select's.
 //
-// Cost: Select's, then at most maxTieSteps steps of O(pods × len(reqs))
-// each.
+// Cost: Select's, then at most maxTieSteps steps, each O(pods ×
+// len(reqs)) and, at a tie, O(tied pods × their distinct requests).
 func SelectFewest(policy Policy, reqs []Requirement, cands []Candidate) ([]int, error) {
 	return SelectFewestPreferring(policy, reqs, cands, nil)
 }
@@ -188,6 +188,11 @@ func (s *tieSearch) walk(at []int, need []int64, chosen []int, out *[][]int, see
 	}
 	var tried []branch
 	for _, k := range ties {
+		// Every frame on the stack loops over its ties: stop them all as
+		// soon as the budget is spent, not only the next call.
+		if len(*out) >= maxChoices || s.steps <= 0 {
+			return
+		}
 		p := at[k]
 		// Pods with the same requests, both preferred or neither, lead to
 		// plans of the same score.

@@ -17,14 +17,15 @@ import (
 
 // resumeOrSelect returns the first round's victims, as indexes into pods
 // and cands: a fresh choice on today's pods, always, so a record never
-// kills more than a fresh choice would. With --critical-preemption-resume
-// and a preemption recorded for the critical pod by an earlier kubelet,
-// that choice is, among those upstream's rule can make, one with the
-// fewest victims, then the most the earlier kubelet had begun to kill;
-// those are killed with the grace they have left and no second event. A
-// signalled victim the choice does not take is spared, its earlier kill
-// not carried on (whatever the signal did, its pod workers take it from
-// there).
+// asks more kills than a fresh choice would. With
+// --critical-preemption-resume and a preemption recorded for the critical
+// pod by an earlier kubelet whose signalled victims are still here, that
+// choice is, among those upstream's rule can make, one with the fewest
+// victims, then the most the earlier kubelet had begun to kill. A
+// signalled victim is killed, in this round or a re-planned one, with the
+// grace it has left and no second event; one no round takes is spared,
+// its earlier kill not carried on (whatever the signal did, its pod
+// workers take it from there).
 func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([]int, error) {
 	c := a.handler
 	if c.opts.On(patched.PreemptionResume) {
@@ -41,13 +42,21 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 	for _, v := range prior.Victims {
 		recorded[v.UID] = v
 	}
+	// Every signalled victim still here is resumed if it is killed, in this
+	// round or a later one: never a second event nor a whole new grace.
 	signalled := make([]bool, len(pods))
-	nSignalled := 0
+	a.resumed = map[types.UID]checkpoint.Victim{}
 	for i, p := range pods {
 		if v, ok := recorded[p.UID]; ok && !v.KillStarted.IsZero() {
 			signalled[i] = true
-			nSignalled++
+			a.resumed[p.UID] = v
 		}
+	}
+	if len(a.resumed) == 0 {
+		a.logger.Info("No victim an earlier kubelet recorded for this pod is still here signalled; choosing victims afresh", "requestingPod", klog.KObj(a.admitPod),
+			"began", prior.Started, "recorded", len(prior.Victims))
+		a.resumed = nil
+		return a.choose(c.opts.Policy, a.reqs, cands)
 	}
 	// Among the choices upstream's rule makes in some order of the pods
 	// (the kubelet's comes from a map), the fewest victims, then the most
@@ -56,23 +65,20 @@ func (a *admission) resumeOrSelect(pods []*v1.Pod, cands []victims.Candidate) ([
 	if err != nil {
 		return nil, err
 	}
-	a.resumed = map[types.UID]checkpoint.Victim{}
+	chosen := 0
 	for _, i := range plan {
-		if v, ok := recorded[pods[i].UID]; ok && !v.KillStarted.IsZero() {
-			a.resumed[pods[i].UID] = v
+		if signalled[i] {
+			chosen++
 		}
 	}
-	if len(a.resumed) == 0 {
-		a.logger.Info("No victim an earlier kubelet recorded for this pod and signalled is among today's choice; preempting afresh", "requestingPod", klog.KObj(a.admitPod),
-			"began", prior.Started, "recorded", len(prior.Victims), "signalledStillHere", nSignalled)
-		a.resumed = nil
-		return plan, nil
-	}
-	// The record goes on as it began, so it ages from its first kill.
+	// The record goes on as it began, so it ages from its first kill (a
+	// signalled victim's kill began before any new record would).
 	a.record = checkpoint.Preemption{PodUID: prior.PodUID, Namespace: prior.Namespace, Name: prior.Name, Started: prior.Started}
 	a.logger.Info("Resuming the preemption an earlier kubelet began for this pod", "requestingPod", klog.KObj(a.admitPod),
-		"began", prior.Started, "recorded", len(prior.Victims), "signalledStillHere", nSignalled, "signalledChosen", len(a.resumed), "victims", len(plan))
-	critletmetrics.ResumedPreemptions.Inc()
+		"began", prior.Started, "recorded", len(prior.Victims), "signalledStillHere", len(a.resumed), "signalledChosen", chosen, "victims", len(plan))
+	if chosen > 0 {
+		critletmetrics.ResumedPreemptions.Inc()
+	}
 	return plan, nil
 }
 

@@ -221,9 +221,10 @@ func TestResumeOffIgnoresTheRecord(t *testing.T) {
 	}
 }
 
-// Recorded victims that no longer cover the shortfall (one has left) are
-// kept, and only what they miss is chosen among the other pods.
-func TestResumeChoosesOnlyWhatTheRecordedVictimsMiss(t *testing.T) {
+// Signalled victims that no longer cover the shortfall (one has left) are
+// among the fresh choice where it needs them: the one still here is
+// resumed, and the rest of the choice killed as ever.
+func TestResumeTakesTheSignalledVictimsAFreshChoiceNeeds(t *testing.T) {
 	store, _ := installStore(t)
 	if err := store.Record(checkpoint.Preemption{PodUID: clusterCritPod.UID, Started: time.Now(),
 		Victims: []checkpoint.Victim{
@@ -458,5 +459,38 @@ func TestResumePrefersTheSignalledAmongIdenticalPods(t *testing.T) {
 		if c.opts.On(patched.PreemptionResume) && (k.calls[0].override == nil || count(drainEvents(rec), "Preempting") != 0) {
 			t.Errorf("the signalled victim was not killed with the grace it has left and no second event")
 		}
+	}
+}
+
+// A signalled victim the first round spares is still resumed if a
+// re-planned round takes it: the first round's victim fails to stop, and
+// the signalled pod it leaves is killed with the grace it has left and no
+// second event.
+func TestResumeReplanKeepsASparedVictimsGrace(t *testing.T) {
+	store, _ := installStore(t)
+	began := time.Now().Add(-2 * time.Second)
+	if err := store.Record(checkpoint.Preemption{PodUID: clusterCritPod.UID, Started: began,
+		Victims: []checkpoint.Victim{{UID: largeBurstable.UID, Name: largeBurstable.Name, GracePeriodSeconds: 10, KillStarted: began}}}); err != nil {
+		t.Fatal(err)
+	}
+	k := &recordingKill{also: func(pod *v1.Pod) error {
+		if pod.UID == smallBurstable.UID {
+			return errors.New("did not stop")
+		}
+		return nil
+	}}
+	opts := resuming()
+	opts.MaxReplans = 1
+	events := admitCritical(t, opts, k, 50)
+	if got := k.names(); !slices.Equal(got, []string{largeBurstable.Name, smallBurstable.Name}) {
+		t.Fatalf("killed %v, want small-burstable first, then the signalled large-burstable re-planned", got)
+	}
+	for _, c := range k.calls {
+		if c.pod == largeBurstable.Name && (c.override == nil || *c.override > 8) {
+			t.Errorf("the signalled victim re-planned was killed with override %v, want the 8s it has left at most", c.override)
+		}
+	}
+	if n := count(events, "Preempting"); n != 1 {
+		t.Errorf("%d Preempting events, want 1 (small-burstable's): %q", n, events)
 	}
 }
