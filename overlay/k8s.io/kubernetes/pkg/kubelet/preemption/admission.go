@@ -30,9 +30,9 @@ type admission struct {
 	victims []*v1.Pod
 	failed  []failure
 	replans int
-	// choose selects victims: victims.Select, or for a device shortfall
-	// victims.SelectFewest (ties broken for the fewest victims).
-	choose func(victims.Policy, []victims.Requirement, []victims.Candidate) ([]int, error)
+	// fewest: a device shortfall, whose victims are chosen with full ties
+	// broken for the fewest (choose).
+	fewest bool
 
 	// With --critical-preemption-resume: where the preemption is recorded,
 	// the record, and the victims a previous kubelet had already signalled.
@@ -62,10 +62,7 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 		return c.refuse(admitPod, err)
 	}
 	a := &admission{handler: c, logger: klog.FromContext(ctx), admitPod: admitPod, reqs: reqs,
-		slots: termination.NewSlots(c.opts.Parallelism), choose: victims.Select}
-	if held != nil {
-		a.choose = victims.SelectFewest
-	}
+		slots: termination.NewSlots(c.opts.Parallelism), fewest: held != nil}
 	selecting := time.Now()
 	plan, err := a.resumeOrSelect(pods, cands)
 	selection := time.Since(selecting)
@@ -143,4 +140,14 @@ func untriedCandidates(cands []victims.Candidate, tried []bool) ([]int, []victim
 		}
 	}
 	return idx, sub
+}
+
+// choose selects victims: upstream's rule, with full ties broken for the
+// fewest victims for a device shortfall. Both are called directly: the
+// build's machine-code proof follows direct calls only.
+func (a *admission) choose(policy victims.Policy, reqs []victims.Requirement, cands []victims.Candidate) ([]int, error) {
+	if a.fewest {
+		return victims.SelectFewest(policy, reqs, cands)
+	}
+	return victims.Select(policy, reqs, cands)
 }
