@@ -95,7 +95,8 @@ func (c *Cluster) Exec(ctx context.Context, name string, args ...string) (string
 }
 
 // ExecInput is Exec with standard input. The command works in the
-// machine's /, as nsenter -t PID -a leaves it.
+// machine's /: joining its mount namespace puts it at that namespace's
+// root.
 func (c *Cluster) ExecInput(ctx context.Context, name string, stdin []byte, args ...string) (string, error) {
 	m, err := c.machine(name)
 	if err != nil {

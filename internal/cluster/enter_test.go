@@ -107,15 +107,12 @@ func without(args []string, drop ...string) []string {
 // which nspawn makes last, so that is final.
 func TestBootedMachineNetwork(t *testing.T) {
 	needNamespaceTools(t)
-	holder := testHolder(t, "n1 nic")
-	nic, err := openNetns(holder)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nic.Close()
+	_, nic := testNetns(t, "n1 nic")
 
 	// nspawn's child joined the holder's network namespace.
-	_, m := fakeMachine(t, append([]string{"nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", holder.PID), "--"}, without(machineLike, "--net")...)...)
+	// The namespace through this process's own descriptor of it, never the
+	// holder's PID.
+	_, m := fakeMachine(t, append([]string{"nsenter", fmt.Sprintf("--net=/proc/%d/fd/%d", os.Getpid(), nic.Files()[0].Fd()), "--"}, without(machineLike, "--net")...)...)
 	proctest.Child(t, *m.Boot)
 	ns, err := openMachine(m)
 	if err != nil {
@@ -196,31 +193,16 @@ func TestMachineSystemdIsAnyChild(t *testing.T) {
 	if err != nil || sd.PID != children[1].PID {
 		t.Fatalf("machineSystemd = %+v, %v; want the second child %+v", sd, err, children[1])
 	}
-	if out, err := cl.Exec(context.Background(), "n1", "readlink", "/proc/self/ns/pid"); err != nil || strings.TrimSpace(out) != pidnsLink(t, sd.PID) {
-		t.Errorf("Exec in the machine: %q, %v; want it in the PID namespace %s", out, err, pidnsLink(t, sd.PID))
+	if out, err := cl.Exec(context.Background(), "n1", "readlink", "/proc/self/ns/pid"); err != nil || strings.TrimSpace(out) != nsLink(t, sd.PID, isolation.PID) {
+		t.Errorf("Exec in the machine: %q, %v; want it in the PID namespace %s", out, err, nsLink(t, sd.PID, isolation.PID))
 	}
-}
-
-// pidnsLink is the name of pid's PID namespace.
-func pidnsLink(t *testing.T, pid int) string {
-	t.Helper()
-	l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
 }
 
 // A machine whose systemd has no cgroup namespace of its own yet may still
 // be joining its network namespace: waitBooted waits, and halts nothing.
 func TestBootingMachineIsNotHaltedEarly(t *testing.T) {
 	needNamespaceTools(t)
-	holder := testHolder(t, "n1 nic")
-	nic, err := openNetns(holder)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nic.Close()
+	_, nic := testNetns(t, "n1 nic")
 	c, m := fakeMachine(t, without(machineLike, "--net", "--cgroup")...)
 	nspawn := *m.Boot
 	sd := proctest.Child(t, nspawn)

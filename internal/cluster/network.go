@@ -66,16 +66,27 @@ func inNetns(ctx context.Context, holder process.Ref, cmds ...[]string) error {
 	return runInNetns(ctx, ns, nil, cmds...)
 }
 
+// netnsCommand is command c in the network namespace ns, given extra as
+// the descriptors after ns's own: entered through ns's descriptors, never
+// a holder's PID.
+func netnsCommand(ctx context.Context, ns *isolation.Namespaces, extra []*os.File, c ...string) (*exec.Cmd, error) {
+	enter, err := ns.EnterArgs("/")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, "nsenter", append(enter, c...)...)
+	cmd.ExtraFiles = append(ns.Files(), extra...)
+	return cmd, nil
+}
+
 // runInNetns runs commands in the network namespace ns, each given extra
 // as the descriptors after ns's own (isolation.Namespaces.EnterArgs).
 func runInNetns(ctx context.Context, ns *isolation.Namespaces, extra []*os.File, cmds ...[]string) error {
 	for _, c := range cmds {
-		enter, err := ns.EnterArgs("/")
+		cmd, err := netnsCommand(ctx, ns, extra, c...)
 		if err != nil {
 			return err
 		}
-		cmd := exec.CommandContext(ctx, "nsenter", append(enter, c...)...)
-		cmd.ExtraFiles = append(ns.Files(), extra...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("%v in the network namespace held by %s (pid %d): %w: %s", c, ns.Holder().Name, ns.Holder().PID, err, out)
 		}

@@ -42,14 +42,46 @@ func testHolder(t *testing.T, name string) process.Ref {
 	return h
 }
 
-// netnsLink is the name of pid's network namespace.
-func netnsLink(t *testing.T, pid int) string {
+// nsLink is the name of pid's namespace of kind.
+func nsLink(t *testing.T, pid int, kind isolation.Kind) string {
 	t.Helper()
-	l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+	l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, kind))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
+}
+
+func netnsLink(t *testing.T, pid int) string { return nsLink(t, pid, isolation.Net) }
+
+// testNetns is a holder's network namespace, opened as the code under test
+// opens it and closed when the test ends.
+func testNetns(t *testing.T, name string) (process.Ref, *isolation.Namespaces) {
+	t.Helper()
+	holder := testHolder(t, name)
+	ns, err := openNetns(holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	return holder, ns
+}
+
+// outputInNetns is what c writes run in holder's network namespace,
+// entered through descriptors as the code under test enters it.
+func outputInNetns(t *testing.T, holder process.Ref, c ...string) (string, error) {
+	t.Helper()
+	ns, err := openNetns(holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	cmd, err := netnsCommand(context.Background(), ns, nil, c...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // A holder recorded for a namespace is entered only while it is that
@@ -97,8 +129,8 @@ func TestPlugIn(t *testing.T) {
 	if err := plugIn(ctx, hub, m); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", nic.PID), "ip", "-br", "addr", "show", "eth0").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), MachineAddr(1)+"/24") {
+	out, err := outputInNetns(t, nic, "ip", "-br", "addr", "show", "eth0")
+	if err != nil || !strings.Contains(out, MachineAddr(1)+"/24") {
 		t.Errorf("eth0 in the machine's namespace: %q, %v; want it with %s", out, err, MachineAddr(1))
 	}
 
@@ -107,12 +139,12 @@ func TestPlugIn(t *testing.T) {
 	if err := plugIn(ctx, hub, stale); err == nil || !strings.Contains(err.Error(), "is gone") {
 		t.Errorf("plugIn with a holder whose PID is reused: %v, want a refusal", err)
 	}
-	out, err = exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", other.PID), "ip", "-br", "link").CombinedOutput()
-	if err != nil || strings.Contains(string(out), "eth0") {
+	out, err = outputInNetns(t, other, "ip", "-br", "link")
+	if err != nil || strings.Contains(out, "eth0") {
 		t.Errorf("links in the namespace of the process with the stale holder's PID: %q, %v; want no eth0", out, err)
 	}
-	out, err = exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", hub.PID), "ip", "-br", "link").CombinedOutput()
-	if err != nil || strings.Contains(string(out), "m2") {
+	out, err = outputInNetns(t, hub, "ip", "-br", "link")
+	if err != nil || strings.Contains(out, "m2") {
 		t.Errorf("the hub's links: %q, %v; want no port for the refused machine", out, err)
 	}
 }
