@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -260,19 +261,7 @@ func TestDevicePluginResource(t *testing.T) {
 		e.ensurePriorityClass("critlet-e2e-high", 1000)
 		// Each ignores SIGTERM, so a victim ends Failed/Preempting after
 		// its 1 s grace period.
-		holding := func(s podSpec, n string) podSpec {
-			s.requests, s.limits = maps.Clone(s.requests), maps.Clone(s.limits)
-			if s.requests == nil {
-				s.requests = v1.ResourceList{}
-			}
-			if s.limits == nil {
-				s.limits = v1.ResourceList{}
-			}
-			s.requests[widget], s.limits[widget] = resource.MustParse(n), resource.MustParse(n)
-			s.command = []string{"/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"}
-			s.gracePeriod = ptr.To[int64](1)
-			return s
-		}
+		holding := func(s podSpec, n string) podSpec { return holdingDevices(s, widget, n, 1) }
 		high := burstable("holder-burstable-high", "100m", "50Mi")
 		high.priorityClass = "critlet-e2e-high"
 		holders := e.createRunning(
@@ -321,6 +310,97 @@ func TestDevicePluginResource(t *testing.T) {
 				e.t.Errorf("%s: %d DevicePreemptionSkipped events, want %d", s.name, got, want)
 			}
 		}
+	})
+}
+
+// holdingDevices is s requesting n of resource, as a pod that ignores
+// SIGTERM, so that once killed it takes its whole grace period.
+func holdingDevices(s podSpec, res v1.ResourceName, n string, grace int64) podSpec {
+	s.requests, s.limits = maps.Clone(s.requests), maps.Clone(s.limits)
+	if s.requests == nil {
+		s.requests = v1.ResourceList{}
+	}
+	if s.limits == nil {
+		s.limits = v1.ResourceList{}
+	}
+	s.requests[res], s.limits[res] = resource.MustParse(n), resource.MustParse(n)
+	s.command = []string{"/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"}
+	s.gracePeriod = ptr.To(grace)
+	return s
+}
+
+// A critical pod whose victims take a 120 s grace period is held while they
+// terminate, and the kubelet goes on meanwhile: another pod is created,
+// runs and is deleted, and /healthz answers ok every second. (The stock
+// kubelet kills nothing for devices, and with cpu it would hold its sync
+// loop for the whole grace: critlet's setting only.) The critical pod runs
+// once the victim is gone, on its widget, with no status before.
+func TestDevicePreemptionLongGrace(t *testing.T) {
+	const widget = v1.ResourceName("critlet.example/widget")
+	const grace = 120
+	opts := scenarioOptions{critletOnly: []kubeletUnderTest{devicePreempting}, timeout: 10 * time.Minute}
+	runScenario(t, "6b device victims' long grace", opts, func(e *env) {
+		e.startDevicePlugin(string(widget), "widget-0")
+		e.waitAllocatable(widget, 1)
+		victim := e.createRunning(holdingDevices(bestEffort("holder-slow"), widget, "1", grace))[0]
+		held := e.deviceHolders(widget)[victim.Name]
+		start := time.Now()
+		crit := e.create(holdingDevices(critical("critical-widget", resources("10m", "10Mi")), widget, "1", 1))
+		e.waitVictims("holder-", 1, 0)
+
+		// Meanwhile: the kubelet answers, admits, starts and deletes.
+		healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", suite.Config().Ports.KubeletHealthz)
+		stop := make(chan struct{})
+		failures := make(chan string, 1000)
+		go func() {
+			client := &http.Client{Timeout: 2 * time.Second}
+			for {
+				select {
+				case <-stop:
+					close(failures)
+					return
+				case <-time.After(time.Second):
+				}
+				resp, err := client.Get(healthz)
+				if err != nil {
+					failures <- err.Error()
+					continue
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failures <- resp.Status
+				}
+			}
+		}()
+		bystander := e.createRunning(bestEffort("bystander"))[0]
+		e.deleteAndWait(bystander)
+		if cur, err := e.get(crit); err != nil || cur.Status.Phase != v1.PodPending || len(cur.Status.ContainerStatuses) != 0 {
+			e.t.Errorf("critical pod while its victim terminates: %v %+v, want Pending with no container", err, cur.Status)
+		}
+		during := time.Since(start)
+		close(stop)
+		var bad []string
+		for f := range failures {
+			bad = append(bad, f)
+		}
+		if len(bad) > 0 {
+			e.t.Errorf("/healthz failed %d times while the victim terminated: %v", len(bad), bad)
+		}
+		if during >= grace*time.Second {
+			e.t.Errorf("the bystander took %s, past the victim's grace period: the check proves nothing", during)
+		}
+		e.note("bystander created, running and deleted %s after the critical pod, /healthz ok throughout", during.Round(time.Second))
+
+		crit = e.waitPhase(crit, (grace+60)*time.Second, v1.PodRunning)
+		e.row.latency = time.Since(start)
+		e.expectPreempted(victim, killed)
+		if now := e.deviceHolders(widget)[crit.Name]; !slices.Equal(now, held) {
+			e.t.Errorf("critical pod runs on %v, want the victim's %v", now, held)
+		}
+		if e.row.latency < (grace-10)*time.Second {
+			e.t.Errorf("critical pod ran %s after its creation, before its victim's %ds grace could end", e.row.latency, grace)
+		}
+		e.note("critical pod ran %s after its creation", e.row.latency.Round(time.Second))
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,14 +30,10 @@ import (
 	"github.com/critlet/critlet/pkg/planning"
 )
 
-// The victims' devices are freed by the device manager's next
-// UpdateAllocatedDevices once the pod workers report them terminated,
-// which killPodNow waited for; the wait only covers the kubelet's own
-// bookkeeping catching up, and it holds the sync loop, so it is short.
-const (
-	critletDeviceFreeWait = 10 * time.Second
-	critletDeviceFreePoll = 100 * time.Millisecond
-)
+// CritletReasonPreemptingForDevices is the refusal of a critical pod whose
+// victims are terminating: the kubelet holds the pod (no status, no start)
+// and admits it again, through every admit handler, at each housekeeping.
+const CritletReasonPreemptingForDevices = "PreemptingForDevices"
 
 // CritletPreemptDevices is called by the line the critical-device-preemption
 // patch appends in NewMainKubelet once the predicate handler has joined
@@ -50,7 +47,7 @@ const (
 func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHandler, allocateAt int, kubeCfg *kubeletconfig.KubeletConfiguration,
 	devices podresources.DevicesProvider, getNode func(context.Context, bool) (*v1.Node, error),
 	pluginResources func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error,
-	preempt critletDeviceShortfallHandler, activePods func() []*v1.Pod, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
+	preempt critletDeviceShortfallHandler, activePods func() []*v1.Pod, terminating func(types.UID) bool, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
 	if !kubeletstate.Get().Settings.On(patched.CriticalDevicePreemption) {
 		return handlers
 	}
@@ -68,10 +65,10 @@ func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHan
 			probe: func(capture lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler {
 				return lifecycle.NewPredicateAdmitHandler(getNode, capture, pluginResources)
 			},
-			preempt:    preempt,
-			activePods: activePods,
-			wait:       critletDeviceFreeWait,
-			poll:       critletDeviceFreePoll,
+			preempt:     preempt,
+			activePods:  activePods,
+			terminating: terminating,
+			ctx:         ctx,
 		}
 	})
 	if err != nil {
@@ -94,9 +91,11 @@ func critletWrapAllocateHandler(handlers []lifecycle.PodAdmitHandler, allocateAt
 }
 
 // critletDeviceShortfallHandler is critlet's critical-pod handler
-// (pkg/kubelet/preemption), which weighs each pod by the devices it holds.
+// (pkg/kubelet/preemption), which weighs each pod by the devices it holds
+// and kills without waiting, calling done once the kills have ended.
 type critletDeviceShortfallHandler interface {
-	HandleDeviceShortfall(ctx context.Context, pod *v1.Pod, reasons []lifecycle.PredicateFailureReason, op lifecycle.Operation, held planning.HeldDevices) ([]lifecycle.PredicateFailureReason, error)
+	PreemptForDevices(ctx context.Context, pod *v1.Pod, reasons []lifecycle.PredicateFailureReason, held planning.HeldDevices,
+		terminating func(types.UID) bool, done func(freed bool)) (int, []lifecycle.PredicateFailureReason, error)
 }
 
 // critletDevicePreemption is the container manager's allocate handler
@@ -113,7 +112,30 @@ type critletDevicePreemption struct {
 	probe      func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler
 	preempt    critletDeviceShortfallHandler
 	activePods func() []*v1.Pod
-	wait, poll time.Duration
+	// terminating reports a pod whose termination was requested: no
+	// candidate, its devices not free yet.
+	terminating func(types.UID) bool
+	// ctx lives as long as the kubelet: the kills outlive the admission
+	// that began them.
+	ctx context.Context
+
+	// flight is the preemption under way or ended and not yet answered,
+	// set and read on the sync loop; its fields are written by the kills'
+	// goroutine, under mu. One at a time: two never weigh the same pods.
+	mu     sync.Mutex
+	flight *critletFlight
+}
+
+// critletFlight is one critical pod's device preemption.
+type critletFlight struct {
+	pod     *v1.Pod
+	victims int
+	started time.Time
+	// ended and freed are set once the kills have ended, freed when they
+	// freed the whole shortfall.
+	ended, freed bool
+	// answered: the pod was admitted before the kills ended.
+	answered bool
 }
 
 // critletReasonDevicePreemptionSkipped is the event on a critical pod short
@@ -126,14 +148,35 @@ const critletReasonDevicePreemptionSkipped = "DevicePreemptionSkipped"
 // under restricted and single-numa-node the topology manager's) and
 // devices of a device-plugin resource are short, it preempts, where the
 // node's resource managers cannot refuse the freed devices, pods chosen
-// from the devices and any native shortfall together, waits
-// for the device manager to free the victims' devices, takes the victims
-// out of the pods the handlers after it see, and allocates again. Anything
-// that does not end in an allocation returns upstream's refusal (or the
-// second allocation's), with what happened logged.
+// from the devices and any native shortfall together, and refuses the pod
+// with CritletReasonPreemptingForDevices: the kubelet holds it, and it is
+// admitted here again, through every admit handler, while the victims
+// terminate, so the sync loop never waits on their grace periods. Once
+// their kills have ended, the next admission is the pod's answer:
+// allocated, or upstream's refusal. Anything else returns upstream's
+// refusal, with what happened logged.
 func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
 	refused := w.inner.Admit(ctx, attrs)
-	if refused.Admit || attrs.Operation != lifecycle.AddOperation || !kubetypes.IsCriticalPod(attrs.Pod) {
+	if attrs.Operation != lifecycle.AddOperation || !kubetypes.IsCriticalPod(attrs.Pod) {
+		return refused
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
+	f, ended := w.current()
+	if f != nil && ended {
+		// Answered once: the pod held for it, or left over from one
+		// deleted while held.
+		w.flight = nil
+		if f.pod.UID == attrs.Pod.UID && !f.answered {
+			return w.answer(logger, f, refused)
+		}
+	}
+	if refused.Admit {
+		if f != nil && !ended && f.pod.UID == attrs.Pod.UID && !f.answered {
+			// Devices freed by others before its victims' kills ended,
+			// which go on (and keep others from preempting meanwhile).
+			f.answered = true
+			return w.answer(logger, f, refused)
+		}
 		return refused
 	}
 	count := planning.DeviceCountRefusal(refused.Message)
@@ -142,7 +185,11 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		// upstream.
 		return refused
 	}
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
+	if f != nil && !ended {
+		// Its own victims, or another pod's, are terminating: it waits
+		// for them before weighing the node again.
+		return w.holding(f, attrs.Pod)
+	}
 	short, held, err := w.shortages(logger, attrs)
 	if err != nil {
 		logger.Info("Not preempting for devices: the pod's device request cannot be allocated as it is", "err", err)
@@ -171,29 +218,61 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		return refused
 	}
 	logger.Info("Critical pod refused for devices; preempting their holders", "shortfall", critletDescribe(reasons))
-	left, err := w.preempt.HandleDeviceShortfall(ctx, attrs.Pod, reasons, attrs.Operation, held)
+	f = &critletFlight{pod: attrs.Pod, started: time.Now()}
+	n, left, err := w.preempt.PreemptForDevices(w.ctx, attrs.Pod, reasons, held, w.terminating, func(freed bool) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		f.ended, f.freed = true, freed
+	})
 	if err != nil || len(left) > 0 {
 		logger.Info("No set of pods frees enough devices; refusing as upstream", "err", err, "left", critletDescribe(left))
 		critletmetrics.DevicePreemptions.WithLabelValues("no_victims").Inc()
 		return refused
 	}
-	gone := w.dropInactive(attrs)
-	if err := w.waitFreed(ctx, logger, gone); err != nil {
-		logger.Error(err, "Preempted pods' devices were not freed; refusing as upstream")
+	f.victims = n
+	w.flight = f
+	return w.holding(f, attrs.Pod)
+}
+
+// current returns the preemption in flight and whether its kills ended.
+func (w *critletDevicePreemption) current() (*critletFlight, bool) {
+	if w.flight == nil {
+		return nil, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.flight, w.flight.ended
+}
+
+// holding is the refusal that has the kubelet hold pod while f's victims
+// terminate.
+func (w *critletDevicePreemption) holding(f *critletFlight, pod *v1.Pod) lifecycle.PodAdmitResult {
+	msg := fmt.Sprintf("Waiting for the %d pods preempted for its devices to terminate", f.victims)
+	if f.pod.UID != pod.UID {
+		msg = fmt.Sprintf("Waiting for the %d pods preempted for the devices of %s to terminate", f.victims, klog.KObj(f.pod))
+	}
+	return lifecycle.PodAdmitResult{Reason: CritletReasonPreemptingForDevices, Message: msg}
+}
+
+// answer is the held pod's admission once f's kills have ended: res,
+// allocated with the victims' devices, or upstream's refusal.
+func (w *critletDevicePreemption) answer(logger klog.Logger, f *critletFlight, res lifecycle.PodAdmitResult) lifecycle.PodAdmitResult {
+	waited := time.Since(f.started).Round(time.Millisecond)
+	switch {
+	case res.Admit:
+		logger.Info("Critical pod admitted after its device preemption", "victims", f.victims, "waited", waited)
+		critletmetrics.DevicePreemptions.WithLabelValues("admitted").Inc()
+	case !f.freed:
+		logger.Info("Preempted pods did not all terminate; refusing as upstream", "victims", f.victims, "waited", waited, "reason", res.Reason, "message", res.Message)
 		critletmetrics.DevicePreemptions.WithLabelValues("not_freed").Inc()
-		return refused
-	}
-	again := w.inner.Admit(ctx, attrs)
-	if !again.Admit {
-		// Enough devices were free: something took them or refused
-		// for another reason meanwhile (on the node configurations
-		// preemption runs on, no alignment refuses them).
-		logger.Info("Critical pod refused again after its device preemption", "reason", again.Reason, "message", again.Message)
+	default:
+		// Enough devices were freed: something took them or refused for
+		// another reason meanwhile (on the node configurations preemption
+		// runs on, no alignment refuses them).
+		logger.Info("Critical pod refused again after its device preemption", "reason", res.Reason, "message", res.Message, "waited", waited)
 		critletmetrics.DevicePreemptions.WithLabelValues("refused").Inc()
-		return again
 	}
-	critletmetrics.DevicePreemptions.WithLabelValues("admitted").Inc()
-	return again
+	return res
 }
 
 // shortages is what the device manager lacks to allocate attrs.Pod, by
@@ -289,64 +368,6 @@ func (w *critletDevicePreemption) withNativeShortfall(ctx context.Context, attrs
 		}
 	}
 	return planning.DeviceShortfall(capture.reasons, short), true
-}
-
-// dropInactive takes the pods no longer active (the victims just killed)
-// out of attrs.OtherPods, so the handlers after this one weigh the room
-// they left, and returns them.
-func (w *critletDevicePreemption) dropInactive(attrs *lifecycle.PodAdmitAttributes) []*v1.Pod {
-	active := map[types.UID]bool{}
-	for _, p := range w.activePods() {
-		active[p.UID] = true
-	}
-	kept := make([]*v1.Pod, 0, len(attrs.OtherPods))
-	var gone []*v1.Pod
-	for _, p := range attrs.OtherPods {
-		if active[p.UID] {
-			kept = append(kept, p)
-		} else {
-			gone = append(gone, p)
-		}
-	}
-	// A new slice: the caller's may be shared.
-	attrs.OtherPods = kept
-	return gone
-}
-
-// waitFreed has the device manager free the devices of pods gone, and
-// waits until none of them holds any, for at most w.wait.
-func (w *critletDevicePreemption) waitFreed(ctx context.Context, logger klog.Logger, gone []*v1.Pod) error {
-	deadline := time.Now().Add(w.wait)
-	for {
-		w.devices.UpdateAllocatedDevices(logger)
-		holding := critletStillHolding(w.devices, gone)
-		if len(holding) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s the device manager still holds devices for %v (it frees them only once all pod sources are ready)", w.wait, holding)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the devices of %v: %w", holding, ctx.Err())
-		case <-time.After(w.poll):
-		}
-	}
-}
-
-// critletStillHolding lists the pods of pods the device manager still
-// holds devices for.
-func critletStillHolding(devices podresources.DevicesProvider, pods []*v1.Pod) []string {
-	var out []string
-	for _, p := range pods {
-		for _, name := range critletContainerNames(p) {
-			if len(devices.GetDevices(string(p.UID), name)) > 0 {
-				out = append(out, klog.KObj(p).String())
-				break
-			}
-		}
-	}
-	return out
 }
 
 // critletDeviceIDs groups device IDs by resource, each once: the device

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -41,9 +40,6 @@ type critletDeviceNode struct {
 	holds    map[types.UID]map[string][]string // pod → container → device IDs
 	active   map[types.UID]bool
 	freeable bool // whether UpdateAllocatedDevices frees inactive pods'
-	// lag is how many calls of UpdateAllocatedDevices pass before one
-	// frees: the kubelet's bookkeeping catching up.
-	lag int
 	// refuseAgain makes the second allocation fail (another pod took the
 	// freed devices meanwhile).
 	refuseAgain bool
@@ -95,10 +91,6 @@ func (n *critletDeviceNode) UpdateAllocatedDevices(klog.Logger) {
 	if !n.freeable {
 		return
 	}
-	if n.lag > 0 {
-		n.lag--
-		return
-	}
 	for uid := range n.holds {
 		if !n.active[uid] {
 			delete(n.holds, uid)
@@ -124,6 +116,9 @@ func (n *critletDeviceNode) free() []string {
 
 func (n *critletDeviceNode) Admit(_ context.Context, attrs *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
 	n.allocations++
+	// The device manager frees the devices of pods no longer active before
+	// it allocates.
+	n.UpdateAllocatedDevices(klog.Background())
 	if n.refuseWith != nil {
 		return *n.refuseWith
 	}
@@ -157,28 +152,43 @@ func (n *critletDeviceNode) activePods(pods []*v1.Pod) func() []*v1.Pod {
 }
 
 // critletKiller stands for the critical-pod handler: it records the
-// shortfall and the devices held it is given, and kills the pods it was
-// told to choose.
+// shortfall, the devices held and the terminating pods it is given, and
+// starts the kills of the pods it was told to choose; end ends them.
 type critletKiller struct {
-	node    *critletDeviceNode
-	choose  []types.UID
-	err     error
-	got     []lifecycle.PredicateFailureReason
-	held    planning.HeldDevices
-	calls   int
-	leftout []lifecycle.PredicateFailureReason
+	node        *critletDeviceNode
+	choose      []types.UID
+	err         error
+	got         []lifecycle.PredicateFailureReason
+	held        planning.HeldDevices
+	terminating func(types.UID) bool
+	calls       int
+	leftout     []lifecycle.PredicateFailureReason
+	done        func(bool)
 }
 
-func (k *critletKiller) HandleDeviceShortfall(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, _ lifecycle.Operation, held planning.HeldDevices) ([]lifecycle.PredicateFailureReason, error) {
+func (k *critletKiller) PreemptForDevices(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, held planning.HeldDevices,
+	terminating func(types.UID) bool, done func(bool)) (int, []lifecycle.PredicateFailureReason, error) {
 	k.calls++
-	k.got, k.held = reasons, held
+	k.got, k.held, k.terminating = reasons, held, terminating
 	if k.err != nil {
-		return reasons, k.err
+		return 0, reasons, k.err
 	}
-	for _, uid := range k.choose {
-		k.node.active[uid] = false
+	if len(k.leftout) > 0 {
+		return 0, k.leftout, nil
 	}
-	return k.leftout, nil
+	k.done = done
+	return len(k.choose), nil, nil
+}
+
+// end ends the kills: the chosen pods terminated (no longer active) when
+// freed, still running otherwise.
+func (k *critletKiller) end(freed bool) {
+	if freed {
+		for _, uid := range k.choose {
+			k.node.active[uid] = false
+		}
+	}
+	k.done(freed)
 }
 
 func critletPod(name string, cpu string, gpus int64, priority int32) *v1.Pod {
@@ -225,13 +235,34 @@ func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *
 		preempt:    k,
 		managers:   critletDefaultManagers,
 		recorder:   record.NewFakeRecorder(10),
-		activePods: n.activePods(pods),
-		// Far beyond the few polls a lagging device manager needs, so a busy
-		// machine cannot make the wait run out.
-		wait: 10 * time.Second,
-		poll: 10 * time.Millisecond,
+		activePods:  n.activePods(pods),
+		terminating: func(types.UID) bool { return false },
+		ctx:         context.Background(),
 	}
 	return n, pods, critical, k, w
+}
+
+// critletPreempted admits attrs.Pod through w as the kubelet does with the
+// setting on: refused and held while the victims terminate (tried again
+// meanwhile, still held, nothing preempted again), then, the kills ended
+// (freed or not), admitted again with the pods active then; it returns
+// that admission. A first refusal of another kind is returned as it is.
+func critletPreempted(t *testing.T, w *critletDevicePreemption, k *critletKiller, attrs *lifecycle.PodAdmitAttributes, pods []*v1.Pod, freed bool) lifecycle.PodAdmitResult {
+	t.Helper()
+	ctx := context.Background()
+	first := w.Admit(ctx, attrs)
+	if first.Reason != CritletReasonPreemptingForDevices {
+		return first
+	}
+	if first.Admit || k.done == nil {
+		t.Fatalf("held (%+v) with no kills begun", first)
+	}
+	calls := k.calls
+	if again := w.Admit(ctx, critletAdd(attrs.Pod, k.node.activePods(pods)())); again.Reason != CritletReasonPreemptingForDevices || k.calls != calls {
+		t.Fatalf("tried again while the victims terminate: %+v after %d preemptions, want held after %d", again, k.calls, calls)
+	}
+	k.end(freed)
+	return w.Admit(ctx, critletAdd(attrs.Pod, k.node.activePods(pods)()))
 }
 
 func critletAdd(pod *v1.Pod, others []*v1.Pod) *lifecycle.PodAdmitAttributes {
@@ -252,12 +283,11 @@ func critletShortOf(t *testing.T, reasons []lifecycle.PredicateFailureReason) ma
 }
 
 func TestCritletDevicePreemptionAdmitsOnceTheVictimsDevicesAreFree(t *testing.T) {
-	ctx := context.Background()
 	n, pods, critical, k, w := critletSetup("500m")
 	k.choose = []types.UID{"b", "d"}
-	n.lag = 3
+	w.terminating = func(uid types.UID) bool { return uid == "x" }
 	attrs := critletAdd(critical, pods)
-	res := w.Admit(ctx, attrs)
+	res := critletPreempted(t, w, k, attrs, pods, true)
 	if !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
@@ -265,18 +295,95 @@ func TestCritletDevicePreemptionAdmitsOnceTheVictimsDevicesAreFree(t *testing.T)
 	if len(short) != 1 || short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 4, Capacity: 4}) {
 		t.Fatalf("shortfall handed to the critical-pod handler = %+v, want 2 devices of 4 all used", short)
 	}
+	if k.terminating == nil || !k.terminating("x") || k.terminating("a") {
+		t.Error("the critical-pod handler was not given the kubelet's terminating pods")
+	}
 	if got := n.holds[critical.UID]["c"]; !slices.Equal(got, []string{"d1", "d3"}) {
 		t.Errorf("critical pod got devices %v, want the victims' d1 d3", got)
 	}
-	var names []string
-	for _, p := range attrs.OtherPods {
-		names = append(names, p.Name)
+	if n.allocations != 3 {
+		t.Errorf("%d allocations, want the refused one, one while held and one after the kills", n.allocations)
 	}
-	if !slices.Equal(names, []string{"a", "c"}) {
-		t.Errorf("the handlers after this one see %v, want the victims gone: [a c]", names)
+	if w.flight != nil {
+		t.Error("the answered preemption is still in flight")
 	}
-	if n.allocations != 2 {
-		t.Errorf("%d allocations, want the refused one and one after the preemption", n.allocations)
+}
+
+// While one critical pod's victims terminate, another critical pod short
+// of devices is held too, preempting nothing (the pods are weighed once
+// they are gone); once the first is answered, the second preempts for
+// itself.
+func TestCritletDevicePreemptionOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("first critical pod: %+v, want held", res)
+	}
+	// Once admitted, the first holds its devices as an active pod.
+	pods = append(pods, critical)
+	w.activePods = n.activePods(pods)
+	second := critletPod("second", "500m", 2, 2000001000)
+	res := w.Admit(ctx, critletAdd(second, n.activePods(pods)()))
+	if res.Reason != CritletReasonPreemptingForDevices || !strings.Contains(res.Message, "default/critical") || k.calls != 1 {
+		t.Fatalf("second critical pod: %+v after %d preemptions, want held for the first's victims after 1", res, k.calls)
+	}
+	k.end(true)
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("first critical pod after its victims: %+v", res)
+	}
+	k.choose = []types.UID{"c", "d"}
+	k.done = nil
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 2 || k.done == nil {
+		t.Fatalf("second critical pod once the first was answered: %+v after %d preemptions, want its own", res, k.calls)
+	}
+}
+
+// A preemption whose pod is never tried again (deleted while held) is
+// cleared by the next critical pod's admission once its kills have ended.
+func TestCritletDevicePreemptionLeftOverIsCleared(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a"}
+	critical.Spec.Containers[0].Resources.Limits[critletGPU] = resource.MustParse("1")
+	critical.Spec.Containers[0].Resources.Requests[critletGPU] = resource.MustParse("1")
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	k.end(true)
+	other := critletPod("other", "500m", 1, 2000001000)
+	if res := w.Admit(ctx, critletAdd(other, n.activePods(pods)())); !res.Admit || w.flight != nil {
+		t.Fatalf("another critical pod once the kills ended: %+v (in flight: %v), want admitted on the freed device and nothing in flight", res, w.flight != nil)
+	}
+}
+
+// Admitted before its victims' kills ended (devices freed by another pod):
+// counted once as admitted, and the kills still keep others from
+// preempting until they end.
+func TestCritletDevicePreemptionAdmittedBeforeTheKillsEnd(t *testing.T) {
+	critletmetrics.Register()
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	admitted := critletmetrics.DevicePreemptions.WithLabelValues("admitted")
+	before, _ := testutil.GetCounterMetricValue(admitted)
+	n.active["c"], n.active["d"] = false, false
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("%+v, want admitted on the devices another pod freed", res)
+	}
+	second := critletPod("second", "500m", 2, 2000001000)
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 1 {
+		t.Fatalf("another critical pod while the kills go on: %+v after %d preemptions, want held after 1", res, k.calls)
+	}
+	k.end(true)
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("second critical pod once the kills ended: %+v, want admitted on the victims' devices", res)
+	}
+	if after, _ := testutil.GetCounterMetricValue(admitted); after != before+1 {
+		t.Errorf("admitted counted %v then %v, want once", before, after)
 	}
 }
 
@@ -294,7 +401,7 @@ func TestCritletDevicePreemptionWhenThePredicateAdmits(t *testing.T) {
 	_, pods, critical, k, w := critletSetup("500m")
 	k.choose = []types.UID{"a", "b"}
 	w.probe = func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler { return critletAdmitAll{} }
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	if short := critletShortOf(t, k.got); k.calls != 1 || len(short) != 1 || short[critletGPU].Requested != 2 {
@@ -310,7 +417,7 @@ func TestCritletDevicePreemptionCountsInitContainersDevices(t *testing.T) {
 	a.Spec.InitContainers = []v1.Container{{Name: "init"}}
 	n.holds[a.UID] = map[string][]string{"init": {"d0"}}
 	k.choose = []types.UID{"a", "b"}
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	if gpu := critletShortOf(t, k.got)[critletGPU]; gpu.Used != 4 {
@@ -331,7 +438,7 @@ func TestCritletDevicePreemptionCountsInitContainersDevices(t *testing.T) {
 func TestCritletDevicePreemptionChoosesForDevicesAndCPUTogether(t *testing.T) {
 	_, pods, critical, k, w := critletSetup("5")
 	k.choose = []types.UID{"a", "b"}
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	short := critletShortOf(t, k.got)
@@ -365,7 +472,7 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 		{"the handler leaves a reason", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			k.leftout = []lifecycle.PredicateFailureReason{&lifecycle.PredicateFailureError{PredicateName: "x", PredicateDesc: "y"}}
 		}, 1, upstream, "no_victims"},
-		{"the victims' devices are never freed", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+		{"the victims do not terminate", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			k.choose = []types.UID{"a", "b"}
 			n.freeable = false
 		}, 1, upstream, "not_freed"},
@@ -401,6 +508,7 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 		}, 0, upstream, ""},
 		{"a device request the device manager refuses (a held count changed)", func(n *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			n.holds[(*pod).UID] = map[string][]string{"c": {"d9"}}
+			n.active[(*pod).UID] = true
 		}, 0, upstream, ""},
 	}
 	for _, tc := range tests {
@@ -409,10 +517,6 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 			attrs := critletAdd(critical, pods)
 			tc.setup(n, k, &critical, attrs)
 			attrs.Pod = critical
-			if !n.freeable {
-				// Never freed: the wait's end is what is tested, not its length.
-				w.wait = 200 * time.Millisecond
-			}
 			counted := func() float64 {
 				v, err := testutil.GetCounterMetricValue(critletmetrics.DevicePreemptions.WithLabelValues(tc.result))
 				if err != nil {
@@ -424,7 +528,7 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 			if tc.result != "" {
 				before = counted()
 			}
-			got := w.Admit(context.Background(), attrs)
+			got := critletPreempted(t, w, k, attrs, pods, n.freeable)
 			if got != tc.want {
 				t.Errorf("Admit = %+v, want %+v", got, tc.want)
 			}
@@ -514,7 +618,7 @@ func TestCritletDevicePreemptionUnderStaticManagersForABurstablePod(t *testing.T
 	_, pods, critical, k, w := critletSetup("500m")
 	k.choose = []types.UID{"a", "b"}
 	w.managers = planning.NodeManagers{Topology: "best-effort", CPU: "static", Memory: "Static"}
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit || k.calls != 1 {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit || k.calls != 1 {
 		t.Fatalf("Admit = %+v after %d preemptions, want admitted after one", res, k.calls)
 	}
 }
@@ -526,7 +630,7 @@ func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
 	handlers := []lifecycle.PodAdmitHandler{sysctl, n, predicate}
 	cfg := &kubeletconfig.KubeletConfiguration{TopologyManagerPolicy: "single-numa-node", CPUManagerPolicy: "static", MemoryManagerPolicy: "None"}
 	install := func() []lifecycle.PodAdmitHandler {
-		return CritletPreemptDevices(context.Background(), handlers, 1, cfg, n, nil, nil, k, n.activePods(pods), record.NewFakeRecorder(1))
+		return CritletPreemptDevices(context.Background(), handlers, 1, cfg, n, nil, nil, k, n.activePods(pods), func(types.UID) bool { return false }, record.NewFakeRecorder(1))
 	}
 	kubeletstate.SetSettings(settings.Defaults())
 	if got := install(); &got[0] != &handlers[0] || got[1] != lifecycle.PodAdmitHandler(n) {
@@ -558,7 +662,6 @@ func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
 // container that holds its devices keeps them). The native resources'
 // requests stand.
 func TestCritletDevicePreemptionCreditsHealthyHeldDevices(t *testing.T) {
-	ctx := context.Background()
 	n, pods, critical, k, w := critletSetup("500m")
 	n.numaNodes = 2
 	n.healthy = append(n.healthy, "d4")
@@ -572,7 +675,7 @@ func TestCritletDevicePreemptionCreditsHealthyHeldDevices(t *testing.T) {
 	pods = append(pods, stale)
 	w.activePods = n.activePods(pods)
 	k.choose = []types.UID{"a", "b"}
-	if res := w.Admit(ctx, critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	if short := critletShortOf(t, k.got); short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 5, Capacity: 5}) {
@@ -606,7 +709,7 @@ func TestCritletDevicePreemptionCountsDevicesOfPodsNotAllocated(t *testing.T) {
 	n.active[held.UID] = true
 	w.activePods = n.activePods(append(slices.Clone(pods), held))
 	k.choose = []types.UID{"a", "b"}
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	if short := critletShortOf(t, k.got); short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 5, Capacity: 5}) {
