@@ -60,10 +60,10 @@ import (
 
 // Event reasons on a held pod.
 const (
-	critletReasonWaitingForDevicePlugin   = "WaitingForDevicePlugin"
-	critletReasonAdmittedAfterPlugin      = "AdmittedAfterDevicePlugin"
-	critletReasonWaitingForPreemptedPods  = "WaitingForPreemptedPods"
-	critletReasonAdmittedAfterPreemption  = "AdmittedAfterPreemption"
+	critletReasonWaitingForDevicePlugin  = "WaitingForDevicePlugin"
+	critletReasonAdmittedAfterPlugin     = "AdmittedAfterDevicePlugin"
+	critletReasonWaitingForPreemptedPods = "WaitingForPreemptedPods"
+	critletReasonAdmittedAfterPreemption = "AdmittedAfterPreemption"
 )
 
 // The holds are read by the pod workers' guard on whichever goroutine

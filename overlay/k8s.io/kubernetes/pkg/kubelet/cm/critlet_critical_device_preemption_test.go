@@ -232,9 +232,9 @@ func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *
 			return lifecycle.NewPredicateAdmitHandler(func(context.Context, bool) (*v1.Node, error) { return node, nil }, capture,
 				func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error { return nil })
 		},
-		preempt:    k,
-		managers:   critletDefaultManagers,
-		recorder:   record.NewFakeRecorder(10),
+		preempt:     k,
+		managers:    critletDefaultManagers,
+		recorder:    record.NewFakeRecorder(10),
 		activePods:  n.activePods(pods),
 		terminating: func(types.UID) bool { return false },
 		ctx:         context.Background(),
