@@ -6,7 +6,9 @@
 // (kubernetes#117955, #125579, #133382). Within a window after the kubelet
 // starts, such a pod is held: tried again once every resource it waits for
 // is registered with healthy devices, refused with its last reason once
-// the window has closed.
+// the window has closed. With critical-device-preemption, a critical pod
+// whose victims are terminating is held the same way, without the window,
+// and tried again at every housekeeping (HoldPreempting).
 //
 // The package holds no kubelet state and does no I/O: the kubelet passes
 // the time, what the device manager offers, and each refusal; it runs the

@@ -34,6 +34,11 @@ package kubelet
 // housekeeping refuses a held pod deleted meanwhile, so its deletion
 // completes at once. It stays active for the device manager, which keeps
 // its checkpointed devices.
+//
+// The critical-device-preemption patch holds its critical pods here too,
+// while their victims terminate (cm.CritletReasonPreemptingForDevices),
+// with or without this patch's setting: the same guard, housekeeping and
+// deletion, no window.
 
 import (
 	"context"
