@@ -346,7 +346,10 @@ func TestDevicePreemptionLongGrace(t *testing.T) {
 		held := e.deviceHolders(widget)[victim.Name]
 		start := time.Now()
 		crit := e.create(holdingDevices(critical("critical-widget", resources("10m", "10Mi")), widget, "1", 1))
-		e.waitVictims("holder-", 1, 0)
+		// The victim's status says Failed only once it has stopped: its
+		// event says its kill has begun.
+		e.waitEvent([]*v1.Pod{victim}, reasonPreempting, 30*time.Second)
+		signalled := time.Since(start)
 
 		// Meanwhile: the kubelet answers, admits, starts and deletes.
 		healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", suite.Config().Ports.KubeletHealthz)
@@ -389,10 +392,12 @@ func TestDevicePreemptionLongGrace(t *testing.T) {
 		if during >= grace*time.Second {
 			e.t.Errorf("the bystander took %s, past the victim's grace period: the check proves nothing", during)
 		}
-		e.note("bystander created, running and deleted %s after the critical pod, /healthz ok throughout", during.Round(time.Second))
+		e.note("victim signalled %s after the critical pod's creation; bystander created, running and deleted by %s, /healthz ok throughout",
+			signalled.Round(time.Second), during.Round(time.Second))
 
 		crit = e.waitPhase(crit, (grace+60)*time.Second, v1.PodRunning)
 		e.row.latency = time.Since(start)
+		e.row.victims = e.waitVictims("holder-", 1, 0)
 		e.expectPreempted(victim, killed)
 		if now := e.deviceHolders(widget)[crit.Name]; !slices.Equal(now, held) {
 			e.t.Errorf("critical pod runs on %v, want the victim's %v", now, held)

@@ -247,9 +247,13 @@ func (w *critletDevicePreemption) current() (*critletFlight, bool) {
 // holding is the refusal that has the kubelet hold pod while f's victims
 // terminate.
 func (w *critletDevicePreemption) holding(f *critletFlight, pod *v1.Pod) lifecycle.PodAdmitResult {
-	msg := fmt.Sprintf("Waiting for the %d pods preempted for its devices to terminate", f.victims)
+	pods := fmt.Sprintf("the %d pods", f.victims)
+	if f.victims == 1 {
+		pods = "the pod"
+	}
+	msg := fmt.Sprintf("Waiting for %s preempted for its devices to terminate", pods)
 	if f.pod.UID != pod.UID {
-		msg = fmt.Sprintf("Waiting for the %d pods preempted for the devices of %s to terminate", f.victims, klog.KObj(f.pod))
+		msg = fmt.Sprintf("Waiting for %s preempted for the devices of %s to terminate", pods, klog.KObj(f.pod))
 	}
 	return lifecycle.PodAdmitResult{Reason: CritletReasonPreemptingForDevices, Message: msg}
 }
