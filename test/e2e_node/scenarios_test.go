@@ -331,7 +331,8 @@ func holdingDevices(s podSpec, res v1.ResourceName, n string, grace int64) podSp
 
 // A critical pod whose victims take a 120 s grace period is held while they
 // terminate, and the kubelet goes on meanwhile: another pod is created,
-// runs and is deleted, and /healthz answers ok every second. (The stock
+// runs and is deleted, a second critical pod short of the device is held
+// and its deletion completes at once, and /healthz answers ok every second. (The stock
 // kubelet kills nothing for devices, and with cpu it would hold its sync
 // loop for the whole grace: critlet's setting only.) The critical pod runs
 // once the victim is gone, on its widget, with no status before.
@@ -377,6 +378,19 @@ func TestDevicePreemptionLongGrace(t *testing.T) {
 		}()
 		bystander := e.createRunning(bestEffort("bystander"))[0]
 		e.deleteAndWait(bystander)
+		// Another critical pod short of the widget waits for the same
+		// victim (one preemption at a time); deleted, it is gone at once.
+		second := e.create(holdingDevices(critical("critical-second", resources("10m", "10Mi")), widget, "1", 1))
+		e.waitEvent([]*v1.Pod{second}, "WaitingForPreemptedPods", 30*time.Second)
+		deleting := time.Now()
+		e.deleteAndWait(second)
+		deleted := time.Since(deleting)
+		if deleted > 30*time.Second {
+			e.t.Errorf("the held critical pod took %s to be deleted, want seconds", deleted)
+		}
+		if got := e.victims(); len(got) != 0 || e.eventCount(victim, reasonPreempting) != 1 {
+			e.t.Errorf("the second critical pod preempted %v (victim's Preempting events: %d), want nothing more", got, e.eventCount(victim, reasonPreempting))
+		}
 		if cur, err := e.get(crit); err != nil || cur.Status.Phase != v1.PodPending || len(cur.Status.ContainerStatuses) != 0 {
 			e.t.Errorf("critical pod while its victim terminates: %v %+v, want Pending with no container", err, cur.Status)
 		}
@@ -392,8 +406,8 @@ func TestDevicePreemptionLongGrace(t *testing.T) {
 		if during >= grace*time.Second {
 			e.t.Errorf("the bystander took %s, past the victim's grace period: the check proves nothing", during)
 		}
-		e.note("victim signalled %s after the critical pod's creation; bystander created, running and deleted by %s, /healthz ok throughout",
-			signalled.Round(time.Second), during.Round(time.Second))
+		e.note("victim signalled %s after the critical pod's creation; bystander created, running and deleted, a second held critical pod deleted in %s, by %s, /healthz ok throughout",
+			signalled.Round(time.Second), deleted.Round(100*time.Millisecond), during.Round(time.Second))
 
 		crit = e.waitPhase(crit, (grace+60)*time.Second, v1.PodRunning)
 		e.row.latency = time.Since(start)
