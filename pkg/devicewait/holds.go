@@ -144,7 +144,6 @@ func (h *Holds) HoldPreempting(uid types.UID, reason, message string, now time.T
 	} else {
 		p.Retries++
 	}
-	p.next = now
 	p.Waiting, p.Reason, p.Message, p.Preempting = nil, reason, message, true
 }
 

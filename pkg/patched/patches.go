@@ -133,7 +133,7 @@ var (
 			"https://github.com/kubernetes/kubernetes/issues/78405",
 		},
 		Setting:     "critical-preemption-devices",
-		SettingHelp: "When the container manager refuses a critical pod for lack of devices of a device-plugin resource, preempt non-critical pods holding them (chosen with any cpu or memory shortfall in one selection, by the same rules and policy), hold the pod (no status, no start) while they terminate, without holding up other pods, then admit it again through every admit handler; refused with the device manager's reason when no set of pods frees enough; off (default), the pod is refused and nothing is preempted, as with the stock kubelet.",
+		SettingHelp: "When the container manager refuses a critical pod for lack of devices of a device-plugin resource, preempt non-critical pods holding them (chosen with any cpu or memory shortfall in one selection, by the same rules and policy), hold the pod (no status, no start) while they terminate, the sync loop going on (other critical pods short of devices wait their turn), then admit it again through every admit handler; refused with the device manager's reason when no set of pods frees enough; off (default), the pod is refused and nothing is preempted, as with the stock kubelet.",
 		Package:     "pkg/kubelet/cm",
 		Hooks: []Hook{
 			{

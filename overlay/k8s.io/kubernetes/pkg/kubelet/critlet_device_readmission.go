@@ -284,6 +284,11 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 			// devices.
 			if reason == cm.CritletReasonPreemptingForDevices {
 				h.HoldPreempting(pod.UID, reason, message, start)
+				if !held.Preempting {
+					// Its plugin is back, and its devices are held by
+					// pods preempted for it or for another.
+					kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonWaitingForPreemptedPods, "Admission waits: %s", message)
+				}
 				continue
 			}
 			if away, isAway := devicewait.AwayPlugin(message); isAway && reason == lifecycle.UnexpectedAdmissionError &&

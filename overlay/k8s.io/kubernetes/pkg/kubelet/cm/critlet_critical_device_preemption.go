@@ -15,7 +15,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
+	"k8s.io/kubernetes/pkg/features"
 	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -50,6 +52,12 @@ func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHan
 	preempt critletDeviceShortfallHandler, activePods func() []*v1.Pod, terminating func(types.UID) bool, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
 	if !kubeletstate.Get().Settings.On(patched.CriticalDevicePreemption) {
 		return handlers
+	}
+	if !utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScaling) {
+		// The kubelet holds a pod only where it passes over unallocated
+		// pods' updates (locked on since 1.35).
+		klog.FromContext(ctx).Error(nil, "Cannot install critlet's patch as set: it holds critical pods while their victims terminate, which needs the InPlacePodVerticalScaling feature gate", "patch", patched.CriticalDevicePreemption.Name)
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	managers := planning.NodeManagers{Topology: kubeCfg.TopologyManagerPolicy, CPU: kubeCfg.CPUManagerPolicy, Memory: kubeCfg.MemoryManagerPolicy}
 	if why := planning.DevicePreemptionUnsupported(managers, true); why != "" {
@@ -136,6 +144,9 @@ type critletFlight struct {
 	ended, freed bool
 	// answered: the pod was admitted before the kills ended.
 	answered bool
+	// native: cpu, memory or pod slots were short too, their victims
+	// among those terminating.
+	native bool
 }
 
 // critletReasonDevicePreemptionSkipped is the event on a critical pod short
@@ -161,21 +172,29 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		return refused
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
-	f, ended := w.current()
-	if f != nil && ended {
-		// Answered once: the pod held for it, or left over from one
-		// deleted while held.
+	f, ended, freed := w.current()
+	if f != nil && ended && (f.answered || !w.active(f.pod.UID)) {
+		// Its pod was answered early, or is gone (deleted while held):
+		// nothing waits for it.
+		w.flight, f = nil, nil
+	}
+	if f != nil && ended && f.pod.UID == attrs.Pod.UID {
 		w.flight = nil
-		if f.pod.UID == attrs.Pod.UID && !f.answered {
-			return w.answer(logger, f, refused)
-		}
+		return w.answer(logger, f, freed, refused)
 	}
 	if refused.Admit {
-		if f != nil && !ended && f.pod.UID == attrs.Pod.UID && !f.answered {
+		if f != nil && !ended && f.pod.UID == attrs.Pod.UID {
+			if f.native {
+				// Its cpu, memory or pod-slot victims still count for
+				// the predicate, whose critical-pod handler would kill
+				// again, waiting on the sync loop: held until the kills
+				// end (the device manager keeps what it allocated).
+				return w.holding(f, attrs.Pod)
+			}
 			// Devices freed by others before its victims' kills ended,
 			// which go on (and keep others from preempting meanwhile).
 			f.answered = true
-			return w.answer(logger, f, refused)
+			return w.answer(logger, f, freed, refused)
 		}
 		return refused
 	}
@@ -185,9 +204,10 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		// upstream.
 		return refused
 	}
-	if f != nil && !ended {
-		// Its own victims, or another pod's, are terminating: it waits
-		// for them before weighing the node again.
+	if f != nil {
+		// Its own victims, or another pod's, are terminating, or have
+		// ended and that pod has not had its answer: it waits before
+		// weighing the node again.
 		return w.holding(f, attrs.Pod)
 	}
 	short, held, err := w.shortages(logger, attrs)
@@ -218,7 +238,7 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		return refused
 	}
 	logger.Info("Critical pod refused for devices; preempting their holders", "shortfall", critletDescribe(reasons))
-	f = &critletFlight{pod: attrs.Pod, started: time.Now()}
+	f = &critletFlight{pod: attrs.Pod, started: time.Now(), native: len(reasons) > len(short)}
 	n, left, err := w.preempt.PreemptForDevices(w.ctx, attrs.Pod, reasons, held, w.terminating, func(freed bool) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -234,14 +254,20 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 	return w.holding(f, attrs.Pod)
 }
 
-// current returns the preemption in flight and whether its kills ended.
-func (w *critletDevicePreemption) current() (*critletFlight, bool) {
+// current returns the preemption in flight, whether its kills ended and
+// whether they freed the shortfall.
+func (w *critletDevicePreemption) current() (f *critletFlight, ended, freed bool) {
 	if w.flight == nil {
-		return nil, false
+		return nil, false, false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.flight, w.flight.ended
+	return w.flight, w.flight.ended, w.flight.freed
+}
+
+// active reports whether pod uid is active (held pods are).
+func (w *critletDevicePreemption) active(uid types.UID) bool {
+	return slices.ContainsFunc(w.activePods(), func(p *v1.Pod) bool { return p.UID == uid })
 }
 
 // holding is the refusal that has the kubelet hold pod while f's victims
@@ -260,13 +286,13 @@ func (w *critletDevicePreemption) holding(f *critletFlight, pod *v1.Pod) lifecyc
 
 // answer is the held pod's admission once f's kills have ended: res,
 // allocated with the victims' devices, or upstream's refusal.
-func (w *critletDevicePreemption) answer(logger klog.Logger, f *critletFlight, res lifecycle.PodAdmitResult) lifecycle.PodAdmitResult {
+func (w *critletDevicePreemption) answer(logger klog.Logger, f *critletFlight, freed bool, res lifecycle.PodAdmitResult) lifecycle.PodAdmitResult {
 	waited := time.Since(f.started).Round(time.Millisecond)
 	switch {
 	case res.Admit:
 		logger.Info("Critical pod admitted after its device preemption", "victims", f.victims, "waited", waited)
 		critletmetrics.DevicePreemptions.WithLabelValues("admitted").Inc()
-	case !f.freed:
+	case !freed:
 		logger.Info("Preempted pods did not all terminate; refusing as upstream", "victims", f.victims, "waited", waited, "reason", res.Reason, "message", res.Message)
 		critletmetrics.DevicePreemptions.WithLabelValues("not_freed").Inc()
 	default:

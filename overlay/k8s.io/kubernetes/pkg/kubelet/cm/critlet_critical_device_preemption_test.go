@@ -339,8 +339,9 @@ func TestCritletDevicePreemptionOneAtATime(t *testing.T) {
 	}
 }
 
-// A preemption whose pod is never tried again (deleted while held) is
-// cleared by the next critical pod's admission once its kills have ended.
+// A preemption whose pod is never tried again (deleted while held: no
+// longer active) is cleared by the next critical pod's admission once its
+// kills have ended.
 func TestCritletDevicePreemptionLeftOverIsCleared(t *testing.T) {
 	ctx := context.Background()
 	n, pods, critical, k, w := critletSetup("500m")
@@ -714,5 +715,54 @@ func TestCritletDevicePreemptionCountsDevicesOfPodsNotAllocated(t *testing.T) {
 	}
 	if short := critletShortOf(t, k.got); short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 5, Capacity: 5}) {
 		t.Fatalf("shortfall = %+v, want 2 devices of 5, the held pod's among those used", short)
+	}
+}
+
+// Once the kills have ended, another critical pod short of devices tried
+// before the preemption's own pod waits for that pod's answer: the freed
+// devices are its, and no second preemption kills more.
+func TestCritletDevicePreemptionEndedWaitsForItsPod(t *testing.T) {
+	critletmetrics.Register()
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	// The held pod is active for the kubelet.
+	n.active[critical.UID] = true
+	w.activePods = n.activePods(append(slices.Clone(pods), critical))
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	k.end(true)
+	admitted := critletmetrics.DevicePreemptions.WithLabelValues("admitted")
+	before, _ := testutil.GetCounterMetricValue(admitted)
+	second := critletPod("second", "500m", 2, 2000001000)
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 1 {
+		t.Fatalf("another critical pod before the preemption's own: %+v after %d preemptions, want held after 1", res, k.calls)
+	}
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("the preemption's own pod: %+v, want admitted on its victims' devices", res)
+	}
+	if after, _ := testutil.GetCounterMetricValue(admitted); after != before+1 || w.flight != nil {
+		t.Errorf("admitted counted %v then %v (in flight: %v), want once and nothing in flight", before, after, w.flight != nil)
+	}
+}
+
+// With cpu short too, the pod is not admitted before its victims' kills
+// end even when others free the devices: the predicate would count the
+// cpu victims still there and preempt again, on the sync loop.
+func TestCritletDevicePreemptionWithNativeShortfallWaitsForTheKills(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("5")
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	n.active["c"], n.active["d"] = false, false
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("devices freed by others while the cpu victims terminate: %+v, want held", res)
+	}
+	k.end(true)
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit || k.calls != 1 {
+		t.Fatalf("once the kills ended: %+v after %d preemptions, want admitted after 1", res, k.calls)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -427,7 +428,13 @@ func preemptForDevices(t *testing.T, h *CriticalPodAdmissionHandler, pod *v1.Pod
 	if err != nil || len(left) != 0 {
 		t.Fatalf("left %v, err %v", left, err)
 	}
-	return n, <-ended
+	select {
+	case freed := <-ended:
+		return n, freed
+	case <-time.After(time.Minute):
+		t.Fatal("the kills never ended")
+		return n, false
+	}
 }
 
 // The victims are chosen before PreemptForDevices returns, and killed
@@ -459,8 +466,13 @@ func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 	default:
 	}
 	close(release)
-	if freed := <-ended; !freed {
-		t.Error("done reports the shortfall not freed")
+	select {
+	case freed := <-ended:
+		if !freed {
+			t.Error("done reports the shortfall not freed")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the kill ended, done was never called")
 	}
 	if got := k.names(); !slices.Equal(got, []string{holder.Name}) {
 		t.Errorf("killed %v, want only %s: %s is terminating already", got, holder.Name, stuck.Name)
@@ -476,5 +488,35 @@ func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 	if _, _, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil,
 		func(k8stypes.UID) bool { return true }, func(bool) { t.Error("done called for a refusal") }); err == nil {
 		t.Error("every holder terminating: not refused")
+	}
+}
+
+// done reports whether the victims that terminated freed the shortfall: a
+// victim whose kill fails (no re-planning) leaves it short.
+func TestPreemptForDevicesReportsAFailedKill(t *testing.T) {
+	const gpu = v1.ResourceName("example.com/gpu")
+	withGPU := func(p *v1.Pod) *v1.Pod {
+		p = p.DeepCopy()
+		p.Spec.Containers[0].Resources.Requests[gpu] = resource.MustParse("1")
+		return p
+	}
+	a, b := withGPU(smallBurstable), withGPU(largeBurstable)
+	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 2)}
+	for _, c := range []struct {
+		name  string
+		fail  string
+		freed bool
+	}{{"both stop", "", true}, {"one fails", a.Name, false}} {
+		k := &recordingKill{also: func(p *v1.Pod) error {
+			if p.Name == c.fail {
+				return errors.New("timeout waiting to kill pod")
+			}
+			return nil
+		}}
+		h := newHandler(func() []*v1.Pod { return []*v1.Pod{a, b} }, k.kill, record.NewFakeRecorder(10), settings.Upstream())
+		n, freed := preemptForDevices(t, h, withGPU(clusterCritPod), reasons, nil, nil)
+		if n != 2 || freed != c.freed {
+			t.Errorf("%s: %d victims, freed %v; want 2, %v", c.name, n, freed, c.freed)
+		}
 	}
 }
