@@ -341,9 +341,12 @@ func TestDevicePreemptionLongGrace(t *testing.T) {
 	const grace = 120
 	opts := scenarioOptions{critletOnly: []kubeletUnderTest{devicePreempting}, timeout: 10 * time.Minute}
 	runScenario(t, "6b device victims' long grace", opts, func(e *env) {
-		e.startDevicePlugin(string(widget), "widget-0")
-		e.waitAllocatable(widget, 1)
-		victim := e.createRunning(holdingDevices(bestEffort("holder-slow"), widget, "1", grace))[0]
+		e.startDevicePlugin(string(widget), "widget-0", "widget-1")
+		e.waitAllocatable(widget, 2)
+		// The other widget's holder is critical, no candidate: the victim
+		// is the slow one, whose widget the critical pod must get.
+		victim := e.createRunning(holdingDevices(bestEffort("holder-slow"), widget, "1", grace),
+			holdingDevices(critical("critical-kept", resources("10m", "10Mi")), widget, "1", 1))[0]
 		held := e.deviceHolders(widget)[victim.Name]
 		start := time.Now()
 		crit := e.create(holdingDevices(critical("critical-widget", resources("10m", "10Mi")), widget, "1", 1))
@@ -352,12 +355,17 @@ func TestDevicePreemptionLongGrace(t *testing.T) {
 		e.waitEvent([]*v1.Pod{victim}, reasonPreempting, 30*time.Second)
 		signalled := time.Since(start)
 
-		// Meanwhile: the kubelet answers, admits, starts and deletes.
+		// Meanwhile: the kubelet answers, admits, starts and deletes. (Its
+		// /healthz fails only after a sync loop stalled for 5 min: the
+		// bystander is what shows the sync loop going on.)
 		healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", suite.Config().Ports.KubeletHealthz)
 		stop := make(chan struct{})
+		var stopOnce sync.Once
+		stopProbe := func() { stopOnce.Do(func() { close(stop) }) }
+		e.t.Cleanup(stopProbe)
 		failures := make(chan string, 1000)
 		go func() {
-			client := &http.Client{Timeout: 2 * time.Second}
+			client := &http.Client{Timeout: 10 * time.Second}
 			for {
 				select {
 				case <-stop:
@@ -376,7 +384,11 @@ func TestDevicePreemptionLongGrace(t *testing.T) {
 				}
 			}
 		}()
+		creating := time.Now()
 		bystander := e.createRunning(bestEffort("bystander"))[0]
+		if took := time.Since(creating); took > time.Minute {
+			e.t.Errorf("the bystander took %s to run while the victim terminated, want under a minute", took)
+		}
 		e.deleteAndWait(bystander)
 		// Another critical pod short of the widget waits for the same
 		// victim (one preemption at a time); deleted, it is gone at once.
@@ -395,7 +407,7 @@ func TestDevicePreemptionLongGrace(t *testing.T) {
 			e.t.Errorf("critical pod while its victim terminates: %v %+v, want Pending with no container", err, cur.Status)
 		}
 		during := time.Since(start)
-		close(stop)
+		stopProbe()
 		var bad []string
 		for f := range failures {
 			bad = append(bad, f)
