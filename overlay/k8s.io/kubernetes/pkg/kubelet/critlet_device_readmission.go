@@ -195,6 +195,9 @@ func (kl *Kubelet) critletHoldForDevices(ctx context.Context, pod *v1.Pod, reaso
 	if reason == cm.CritletReasonPreemptingForDevices {
 		first := !h.Has(pod.UID)
 		h.HoldPreempting(pod.UID, reason, message, kl.clock.Now())
+		// As for a plugin's hold: a held pod has no allocation, even one
+		// checkpointed before a reboot.
+		kl.allocationManager.RemovePod(logger, pod.UID)
 		if first {
 			kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonWaitingForPreemptedPods, "Admission waits: %s", message)
 			logger.Info("Critical pod held while the pods preempted for devices terminate", "pod", klog.KObj(pod), "podUID", pod.UID, "message", message)
@@ -284,6 +287,7 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 			// devices.
 			if reason == cm.CritletReasonPreemptingForDevices {
 				h.HoldPreempting(pod.UID, reason, message, start)
+				kl.allocationManager.RemovePod(logger, pod.UID)
 				if !held.Preempting {
 					// Its plugin is back, and its devices are held by
 					// pods preempted for it or for another.

@@ -578,6 +578,10 @@ func TestCritletPodHeldWhileItsVictimsTerminate(t *testing.T) {
 			if static {
 				pod.Annotations = map[string]string{kubetypes.ConfigSourceAnnotationKey: kubetypes.FileSource}
 			}
+			// Admitted before a reboot: its allocation is checkpointed.
+			if err := kl.allocationManager.SetAllocatedResources(klog.Background(), pod); err != nil {
+				t.Fatal(err)
+			}
 			kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
 			kl.HandlePodSyncs(tCtx, []*v1.Pod{pod})
 			if err := kl.HandlePodCleanups(tCtx); err != nil {

@@ -12,12 +12,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
-	"k8s.io/kubernetes/pkg/features"
+	kubefeatures "k8s.io/kubernetes/pkg/features"
 	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -49,11 +49,11 @@ const CritletReasonPreemptingForDevices = "PreemptingForDevices"
 func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHandler, allocateAt int, kubeCfg *kubeletconfig.KubeletConfiguration,
 	devices podresources.DevicesProvider, getNode func(context.Context, bool) (*v1.Node, error),
 	pluginResources func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error,
-	preempt critletDeviceShortfallHandler, activePods func() []*v1.Pod, terminating func(types.UID) bool, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
+	preempt critletDeviceShortfallHandler, activePods func() []*v1.Pod, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
 	if !kubeletstate.Get().Settings.On(patched.CriticalDevicePreemption) {
 		return handlers
 	}
-	if !utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScaling) {
+	if !utilfeature.DefaultFeatureGate.Enabled(kubefeatures.InPlacePodVerticalScaling) {
 		// The kubelet holds a pod only where it passes over unallocated
 		// pods' updates (locked on since 1.35).
 		klog.FromContext(ctx).Error(nil, "Cannot install critlet's patch as set: it holds critical pods while their victims terminate, which needs the InPlacePodVerticalScaling feature gate", "patch", patched.CriticalDevicePreemption.Name)
@@ -73,10 +73,9 @@ func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHan
 			probe: func(capture lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler {
 				return lifecycle.NewPredicateAdmitHandler(getNode, capture, pluginResources)
 			},
-			preempt:     preempt,
-			activePods:  activePods,
-			terminating: terminating,
-			ctx:         ctx,
+			preempt:    preempt,
+			activePods: activePods,
+			ctx:        ctx,
 		}
 	})
 	if err != nil {
@@ -103,7 +102,7 @@ func critletWrapAllocateHandler(handlers []lifecycle.PodAdmitHandler, allocateAt
 // and kills without waiting, calling done once the kills have ended.
 type critletDeviceShortfallHandler interface {
 	PreemptForDevices(ctx context.Context, pod *v1.Pod, reasons []lifecycle.PredicateFailureReason, held planning.HeldDevices,
-		terminating func(types.UID) bool, done func(freed bool)) (int, []lifecycle.PredicateFailureReason, error)
+		exclude func(types.UID) bool, done func(freed bool, failed []types.UID)) (int, []lifecycle.PredicateFailureReason, error)
 }
 
 // critletDevicePreemption is the container manager's allocate handler
@@ -120,9 +119,6 @@ type critletDevicePreemption struct {
 	probe      func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler
 	preempt    critletDeviceShortfallHandler
 	activePods func() []*v1.Pod
-	// terminating reports a pod whose termination was requested: no
-	// candidate, its devices not free yet.
-	terminating func(types.UID) bool
 	// ctx lives as long as the kubelet: the kills outlive the admission
 	// that began them.
 	ctx context.Context
@@ -132,6 +128,8 @@ type critletDevicePreemption struct {
 	// goroutine, under mu. One at a time: two never weigh the same pods.
 	mu     sync.Mutex
 	flight *critletFlight
+	// failed are the victims whose kills failed, under mu (stuck).
+	failed []types.UID
 }
 
 // critletFlight is one critical pod's device preemption.
@@ -139,14 +137,11 @@ type critletFlight struct {
 	pod     *v1.Pod
 	victims int
 	started time.Time
+	// resources are the device resources it frees.
+	resources []v1.ResourceName
 	// ended and freed are set once the kills have ended, freed when they
 	// freed the whole shortfall.
 	ended, freed bool
-	// answered: the pod was admitted before the kills ended.
-	answered bool
-	// native: cpu, memory or pod slots were short too, their victims
-	// among those terminating.
-	native bool
 }
 
 // critletReasonDevicePreemptionSkipped is the event on a critical pod short
@@ -164,38 +159,40 @@ const critletReasonDevicePreemptionSkipped = "DevicePreemptionSkipped"
 // admitted here again, through every admit handler, while the victims
 // terminate, so the sync loop never waits on their grace periods. Once
 // their kills have ended, the next admission is the pod's answer:
-// allocated, or upstream's refusal. Anything else returns upstream's
-// refusal, with what happened logged.
+// allocated, or upstream's refusal. Until then any other pod asking for
+// the devices being freed, and any other critical pod short of devices,
+// is held too. Anything else returns upstream's refusal, with what
+// happened logged.
 func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
-	refused := w.inner.Admit(ctx, attrs)
-	if attrs.Operation != lifecycle.AddOperation || !kubetypes.IsCriticalPod(attrs.Pod) {
-		return refused
+	if attrs.Operation != lifecycle.AddOperation {
+		return w.inner.Admit(ctx, attrs)
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
 	f, ended, freed := w.current()
-	if f != nil && ended && (f.answered || !w.active(f.pod.UID)) {
-		// Its pod was answered early, or is gone (deleted while held):
-		// nothing waits for it.
+	if f != nil && ended && !w.active(f.pod.UID) {
+		// Its pod is gone (deleted while held): nothing waits for it.
 		w.flight, f = nil, nil
 	}
-	if f != nil && ended && f.pod.UID == attrs.Pod.UID {
+	own := f != nil && f.pod.UID == attrs.Pod.UID
+	if f != nil && !own && critletRequestsAny(attrs.Pod, f.resources) {
+		// The devices being freed are the preempting pod's until it has
+		// had its answer: another pod asking for them waits, unallocated.
+		return w.holding(f, attrs.Pod)
+	}
+	refused := w.inner.Admit(ctx, attrs)
+	if own {
+		if !ended {
+			// Held until the kills end, even when allocated meanwhile
+			// (others freed devices): the predicate after this handler
+			// would weigh victims still terminating, and preempt them
+			// again on the sync loop. The device manager keeps what it
+			// allocated for the pod, active while held.
+			return w.holding(f, attrs.Pod)
+		}
 		w.flight = nil
 		return w.answer(logger, f, freed, refused)
 	}
-	if refused.Admit {
-		if f != nil && !ended && f.pod.UID == attrs.Pod.UID {
-			if f.native {
-				// Its cpu, memory or pod-slot victims still count for
-				// the predicate, whose critical-pod handler would kill
-				// again, waiting on the sync loop: held until the kills
-				// end (the device manager keeps what it allocated).
-				return w.holding(f, attrs.Pod)
-			}
-			// Devices freed by others before its victims' kills ended,
-			// which go on (and keep others from preempting meanwhile).
-			f.answered = true
-			return w.answer(logger, f, freed, refused)
-		}
+	if refused.Admit || !kubetypes.IsCriticalPod(attrs.Pod) {
 		return refused
 	}
 	count := planning.DeviceCountRefusal(refused.Message)
@@ -203,12 +200,6 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		// Refused for something else (CPUs, memory, a plugin away): as
 		// upstream.
 		return refused
-	}
-	if f != nil {
-		// Its own victims, or another pod's, are terminating, or have
-		// ended and that pod has not had its answer: it waits before
-		// weighing the node again.
-		return w.holding(f, attrs.Pod)
 	}
 	short, held, err := w.shortages(logger, attrs)
 	if err != nil {
@@ -231,6 +222,11 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		// alignment: not one preemption answers.
 		return refused
 	}
+	if f != nil {
+		// One preemption at a time, so two never choose the same pods: it
+		// weighs the node once the other has been answered.
+		return w.holding(f, attrs.Pod)
+	}
 	reasons, ok := w.withNativeShortfall(ctx, attrs, short)
 	if !ok {
 		logger.Info("Not preempting for devices: the admission predicate refuses the pod for reasons preemption cannot fix")
@@ -238,11 +234,15 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		return refused
 	}
 	logger.Info("Critical pod refused for devices; preempting their holders", "shortfall", critletDescribe(reasons))
-	f = &critletFlight{pod: attrs.Pod, started: time.Now(), native: len(reasons) > len(short)}
-	n, left, err := w.preempt.PreemptForDevices(w.ctx, attrs.Pod, reasons, held, w.terminating, func(freed bool) {
+	f = &critletFlight{pod: attrs.Pod, started: time.Now()}
+	for _, s := range short {
+		f.resources = append(f.resources, v1.ResourceName(s.Resource))
+	}
+	n, left, err := w.preempt.PreemptForDevices(w.ctx, attrs.Pod, reasons, held, w.stuck, func(freed bool, failed []types.UID) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		f.ended, f.freed = true, freed
+		w.failed = append(w.failed, failed...)
 	})
 	if err != nil || len(left) > 0 {
 		logger.Info("No set of pods frees enough devices; refusing as upstream", "err", err, "left", critletDescribe(left))
@@ -252,6 +252,44 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 	f.victims = n
 	w.flight = f
 	return w.holding(f, attrs.Pod)
+}
+
+// stuck reports a victim of an earlier device preemption whose kill
+// failed, while it is still active: killed again, it would free nothing
+// sooner. The list forgets pods no longer active as it is read.
+func (w *critletDevicePreemption) stuck(uid types.UID) bool {
+	w.mu.Lock()
+	failed := slices.Clone(w.failed)
+	w.mu.Unlock()
+	if len(failed) == 0 {
+		return false
+	}
+	active := sets.New[types.UID]()
+	for _, p := range w.activePods() {
+		active.Insert(p.UID)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failed = slices.DeleteFunc(w.failed, func(u types.UID) bool { return !active.Has(u) })
+	return slices.Contains(w.failed, uid) && active.Has(uid)
+}
+
+// critletRequestsAny reports whether any container of pod asks for one of
+// resources.
+func critletRequestsAny(pod *v1.Pod, resources []v1.ResourceName) bool {
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, r := range resources {
+				if _, ok := c.Resources.Limits[r]; ok {
+					return true
+				}
+				if _, ok := c.Resources.Requests[r]; ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // current returns the preemption in flight, whether its kills ended and

@@ -29,7 +29,10 @@ import (
 	"github.com/critlet/critlet/pkg/settings"
 )
 
-const critletGPU = "example.com/gpu"
+const (
+	critletGPU = "example.com/gpu"
+	critletNIC = "example.com/nic"
+)
 
 // critletDeviceNode is a device manager and the pods around it: which
 // device each pod's container holds, which pods are active, and an
@@ -50,6 +53,9 @@ type critletDeviceNode struct {
 	// numaNodes lists each device this many times, as the device manager
 	// lists a device on several NUMA nodes once per node (0 means once).
 	numaNodes int
+	// nicHolder, when set, holds the node's one NIC, n0, in its container
+	// c (a second resource).
+	nicHolder types.UID
 }
 
 // critletCountRefusal is the device manager's refusal for too few free
@@ -72,15 +78,21 @@ func (n *critletDeviceNode) GetAllocatableDevices(klog.Logger) []*podresourcesap
 			out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletGPU, DeviceIds: []string{id}})
 		}
 	}
+	if n.nicHolder != "" {
+		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletNIC, DeviceIds: []string{"n0"}})
+	}
 	return out
 }
 
 func (n *critletDeviceNode) GetDevices(podUID, container string) []*podresourcesapi.ContainerDevices {
+	var out []*podresourcesapi.ContainerDevices
+	if n.nicHolder != "" && types.UID(podUID) == n.nicHolder && container == "c" {
+		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletNIC, DeviceIds: []string{"n0"}})
+	}
 	ids := n.holds[types.UID(podUID)][container]
 	if len(ids) == 0 {
-		return nil
+		return out
 	}
-	var out []*podresourcesapi.ContainerDevices
 	for range max(n.numaNodes, 1) {
 		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletGPU, DeviceIds: ids})
 	}
@@ -123,6 +135,10 @@ func (n *critletDeviceNode) Admit(_ context.Context, attrs *lifecycle.PodAdmitAt
 		return *n.refuseWith
 	}
 	c := attrs.Pod.Spec.Containers[0]
+	if _, nic := c.Resources.Limits[critletNIC]; nic && n.nicHolder != "" && n.active[n.nicHolder] {
+		return lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable for " +
+			critletNIC + ". Requested: 1, Available: 0, which is unexpected"}
+	}
 	q := c.Resources.Limits[critletGPU]
 	want := int(q.Value())
 	free := n.free()
@@ -152,43 +168,48 @@ func (n *critletDeviceNode) activePods(pods []*v1.Pod) func() []*v1.Pod {
 }
 
 // critletKiller stands for the critical-pod handler: it records the
-// shortfall, the devices held and the terminating pods it is given, and
-// starts the kills of the pods it was told to choose; end ends them.
+// shortfall, the devices held and the exclusion it is given, and starts the
+// kills of the pods it was told to choose (the excluded passed over); end
+// ends them.
 type critletKiller struct {
-	node        *critletDeviceNode
-	choose      []types.UID
-	err         error
-	got         []lifecycle.PredicateFailureReason
-	held        planning.HeldDevices
-	terminating func(types.UID) bool
-	calls       int
-	leftout     []lifecycle.PredicateFailureReason
-	done        func(bool)
+	node    *critletDeviceNode
+	choose  []types.UID
+	err     error
+	got     []lifecycle.PredicateFailureReason
+	held    planning.HeldDevices
+	exclude func(types.UID) bool
+	calls   int
+	leftout []lifecycle.PredicateFailureReason
+	done    func(bool, []types.UID)
+	chosen  []types.UID
 }
 
 func (k *critletKiller) PreemptForDevices(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, held planning.HeldDevices,
-	terminating func(types.UID) bool, done func(bool)) (int, []lifecycle.PredicateFailureReason, error) {
+	exclude func(types.UID) bool, done func(bool, []types.UID)) (int, []lifecycle.PredicateFailureReason, error) {
 	k.calls++
-	k.got, k.held, k.terminating = reasons, held, terminating
+	k.got, k.held, k.exclude = reasons, held, exclude
 	if k.err != nil {
 		return 0, reasons, k.err
 	}
 	if len(k.leftout) > 0 {
 		return 0, k.leftout, nil
 	}
+	k.chosen = slices.DeleteFunc(slices.Clone(k.choose), exclude)
 	k.done = done
-	return len(k.choose), nil, nil
+	return len(k.chosen), nil, nil
 }
 
 // end ends the kills: the chosen pods terminated (no longer active) when
-// freed, still running otherwise.
+// freed, all failed (still running) otherwise.
 func (k *critletKiller) end(freed bool) {
 	if freed {
-		for _, uid := range k.choose {
+		for _, uid := range k.chosen {
 			k.node.active[uid] = false
 		}
+		k.done(true, nil)
+		return
 	}
-	k.done(freed)
+	k.done(false, k.chosen)
 }
 
 func critletPod(name string, cpu string, gpus int64, priority int32) *v1.Pod {
@@ -220,6 +241,8 @@ func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *
 		n.active[p.UID] = true
 	}
 	critical := critletPod("critical", criticalCPU, 2, 2000001000)
+	// Being admitted, it is in the pod manager: active for the kubelet.
+	n.active[critical.UID] = true
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
 		v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110"),
 		critletGPU: resource.MustParse("4"),
@@ -232,12 +255,11 @@ func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *
 			return lifecycle.NewPredicateAdmitHandler(func(context.Context, bool) (*v1.Node, error) { return node, nil }, capture,
 				func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error { return nil })
 		},
-		preempt:     k,
-		managers:    critletDefaultManagers,
-		recorder:    record.NewFakeRecorder(10),
-		activePods:  n.activePods(pods),
-		terminating: func(types.UID) bool { return false },
-		ctx:         context.Background(),
+		preempt:    k,
+		managers:   critletDefaultManagers,
+		recorder:   record.NewFakeRecorder(10),
+		activePods: n.activePods(append(slices.Clone(pods), critical)),
+		ctx:        context.Background(),
 	}
 	return n, pods, critical, k, w
 }
@@ -285,7 +307,6 @@ func critletShortOf(t *testing.T, reasons []lifecycle.PredicateFailureReason) ma
 func TestCritletDevicePreemptionAdmitsOnceTheVictimsDevicesAreFree(t *testing.T) {
 	n, pods, critical, k, w := critletSetup("500m")
 	k.choose = []types.UID{"b", "d"}
-	w.terminating = func(uid types.UID) bool { return uid == "x" }
 	attrs := critletAdd(critical, pods)
 	res := critletPreempted(t, w, k, attrs, pods, true)
 	if !res.Admit {
@@ -294,9 +315,6 @@ func TestCritletDevicePreemptionAdmitsOnceTheVictimsDevicesAreFree(t *testing.T)
 	short := critletShortOf(t, k.got)
 	if len(short) != 1 || short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 4, Capacity: 4}) {
 		t.Fatalf("shortfall handed to the critical-pod handler = %+v, want 2 devices of 4 all used", short)
-	}
-	if k.terminating == nil || !k.terminating("x") || k.terminating("a") {
-		t.Error("the critical-pod handler was not given the kubelet's terminating pods")
 	}
 	if got := n.holds[critical.UID]["c"]; !slices.Equal(got, []string{"d1", "d3"}) {
 		t.Errorf("critical pod got devices %v, want the victims' d1 d3", got)
@@ -322,7 +340,6 @@ func TestCritletDevicePreemptionOneAtATime(t *testing.T) {
 	}
 	// Once admitted, the first holds its devices as an active pod.
 	pods = append(pods, critical)
-	w.activePods = n.activePods(pods)
 	second := critletPod("second", "500m", 2, 2000001000)
 	res := w.Admit(ctx, critletAdd(second, n.activePods(pods)()))
 	if res.Reason != CritletReasonPreemptingForDevices || !strings.Contains(res.Message, "default/critical") || k.calls != 1 {
@@ -352,16 +369,19 @@ func TestCritletDevicePreemptionLeftOverIsCleared(t *testing.T) {
 		t.Fatalf("%+v, want held", res)
 	}
 	k.end(true)
+	n.active[critical.UID] = false // deleted while held, refused
 	other := critletPod("other", "500m", 1, 2000001000)
 	if res := w.Admit(ctx, critletAdd(other, n.activePods(pods)())); !res.Admit || w.flight != nil {
 		t.Fatalf("another critical pod once the kills ended: %+v (in flight: %v), want admitted on the freed device and nothing in flight", res, w.flight != nil)
 	}
 }
 
-// Admitted before its victims' kills ended (devices freed by another pod):
-// counted once as admitted, and the kills still keep others from
-// preempting until they end.
-func TestCritletDevicePreemptionAdmittedBeforeTheKillsEnd(t *testing.T) {
+// Until the preempting pod has had its answer, the devices freed are its:
+// it stays held while its victims terminate even when others free devices
+// (the predicate would weigh the victims still there), and another pod
+// asking for them, critical or not, is held unallocated; a pod asking for
+// none is admitted as upstream.
+func TestCritletDevicePreemptionKeepsTheFreedDevicesForItsPod(t *testing.T) {
 	critletmetrics.Register()
 	ctx := context.Background()
 	n, pods, critical, k, w := critletSetup("500m")
@@ -372,19 +392,53 @@ func TestCritletDevicePreemptionAdmittedBeforeTheKillsEnd(t *testing.T) {
 	admitted := critletmetrics.DevicePreemptions.WithLabelValues("admitted")
 	before, _ := testutil.GetCounterMetricValue(admitted)
 	n.active["c"], n.active["d"] = false, false
-	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
-		t.Fatalf("%+v, want admitted on the devices another pod freed", res)
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("devices freed by others while its victims terminate: %+v, want held", res)
 	}
-	second := critletPod("second", "500m", 2, 2000001000)
-	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 1 {
-		t.Fatalf("another critical pod while the kills go on: %+v after %d preemptions, want held after 1", res, k.calls)
+	allocations := n.allocations
+	plain := critletPod("plain", "100m", 1, 0)
+	if res := w.Admit(ctx, critletAdd(plain, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || n.allocations != allocations {
+		t.Fatalf("a pod asking for the devices: %+v after %d allocations, want held unallocated", res, n.allocations-allocations)
+	}
+	if res := w.Admit(ctx, critletAdd(critletPod("cpu-only", "100m", 0, 0), n.activePods(pods)())); !res.Admit {
+		t.Fatalf("a pod asking for no device: %+v, want admitted", res)
 	}
 	k.end(true)
-	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); !res.Admit {
-		t.Fatalf("second critical pod once the kills ended: %+v, want admitted on the victims' devices", res)
+	if res := w.Admit(ctx, critletAdd(plain, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("a pod asking for the devices once the kills ended, before the preempting pod's answer: %+v, want held", res)
 	}
-	if after, _ := testutil.GetCounterMetricValue(admitted); after != before+1 {
-		t.Errorf("admitted counted %v then %v, want once", before, after)
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("once the kills ended: %+v, want admitted", res)
+	}
+	if res := w.Admit(ctx, critletAdd(plain, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("a pod asking for the devices once the preempting pod was answered: %+v, want admitted on a free one", res)
+	}
+	if after, _ := testutil.GetCounterMetricValue(admitted); after != before+1 || k.calls != 1 {
+		t.Errorf("admitted counted %v then %v after %d preemptions, want once after one", before, after, k.calls)
+	}
+}
+
+// A victim whose kill failed, still there, is excluded from the next
+// device preemption: killed again it would free nothing sooner. Gone, it
+// is forgotten.
+func TestCritletDevicePreemptionPassesOverStuckVictims(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	if got := critletPreempted(t, w, k, critletAdd(critical, pods), pods, false); got.Admit {
+		t.Fatalf("admitted with its victims stuck: %+v", got)
+	}
+	second := critletPod("second", "500m", 2, 2000001000)
+	k.choose = []types.UID{"a", "c", "d"}
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 2 {
+		t.Fatalf("%+v after %d preemptions, want a second preemption", res, k.calls)
+	}
+	if !slices.Equal(k.chosen, []types.UID{"c", "d"}) || !k.exclude("a") || !k.exclude("b") || k.exclude("c") {
+		t.Errorf("chose %v, want the stuck a and b passed over", k.chosen)
+	}
+	n.active["a"] = false
+	if k.exclude("a") || !k.exclude("b") {
+		t.Error("a stuck victim gone is still passed over, or one still there no longer is")
 	}
 }
 
@@ -631,7 +685,7 @@ func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
 	handlers := []lifecycle.PodAdmitHandler{sysctl, n, predicate}
 	cfg := &kubeletconfig.KubeletConfiguration{TopologyManagerPolicy: "single-numa-node", CPUManagerPolicy: "static", MemoryManagerPolicy: "None"}
 	install := func() []lifecycle.PodAdmitHandler {
-		return CritletPreemptDevices(context.Background(), handlers, 1, cfg, n, nil, nil, k, n.activePods(pods), func(types.UID) bool { return false }, record.NewFakeRecorder(1))
+		return CritletPreemptDevices(context.Background(), handlers, 1, cfg, n, nil, nil, k, n.activePods(pods), record.NewFakeRecorder(1))
 	}
 	kubeletstate.SetSettings(settings.Defaults())
 	if got := install(); &got[0] != &handlers[0] || got[1] != lifecycle.PodAdmitHandler(n) {
@@ -674,7 +728,7 @@ func TestCritletDevicePreemptionCreditsHealthyHeldDevices(t *testing.T) {
 	n.holds[stale.UID] = map[string][]string{"c": {"gone"}}
 	n.active[stale.UID] = true
 	pods = append(pods, stale)
-	w.activePods = n.activePods(pods)
+	w.activePods = n.activePods(append(slices.Clone(pods), critical))
 	k.choose = []types.UID{"a", "b"}
 	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
@@ -708,7 +762,7 @@ func TestCritletDevicePreemptionCountsDevicesOfPodsNotAllocated(t *testing.T) {
 	held := critletPod("held", "1", 1, 0)
 	n.holds[held.UID] = map[string][]string{"c": {"d4"}}
 	n.active[held.UID] = true
-	w.activePods = n.activePods(append(slices.Clone(pods), held))
+	w.activePods = n.activePods(append(slices.Clone(pods), held, critical))
 	k.choose = []types.UID{"a", "b"}
 	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
@@ -726,9 +780,6 @@ func TestCritletDevicePreemptionEndedWaitsForItsPod(t *testing.T) {
 	ctx := context.Background()
 	n, pods, critical, k, w := critletSetup("500m")
 	k.choose = []types.UID{"a", "b"}
-	// The held pod is active for the kubelet.
-	n.active[critical.UID] = true
-	w.activePods = n.activePods(append(slices.Clone(pods), critical))
 	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
 		t.Fatalf("%+v, want held", res)
 	}
@@ -747,22 +798,32 @@ func TestCritletDevicePreemptionEndedWaitsForItsPod(t *testing.T) {
 	}
 }
 
-// With cpu short too, the pod is not admitted before its victims' kills
-// end even when others free the devices: the predicate would count the
-// cpu victims still there and preempt again, on the sync loop.
-func TestCritletDevicePreemptionWithNativeShortfallWaitsForTheKills(t *testing.T) {
+// While one preemption is under way, a critical pod short of devices of
+// another resource waits too: one preemption at a time, so two never
+// choose the same pods (c holds a gpu and the nic).
+func TestCritletDevicePreemptionOneAtATimeAcrossResources(t *testing.T) {
 	ctx := context.Background()
-	n, pods, critical, k, w := critletSetup("5")
+	n, pods, critical, k, w := critletSetup("500m")
+	n.nicHolder = "c"
 	k.choose = []types.UID{"a", "b"}
 	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
 		t.Fatalf("%+v, want held", res)
 	}
-	n.active["c"], n.active["d"] = false, false
-	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
-		t.Fatalf("devices freed by others while the cpu victims terminate: %+v, want held", res)
+	nicUser := critletPod("nic-user", "100m", 0, 2000001000)
+	one := resource.MustParse("1")
+	nicUser.Spec.Containers[0].Resources.Requests[critletNIC], nicUser.Spec.Containers[0].Resources.Limits[critletNIC] = one, one
+	if res := w.Admit(ctx, critletAdd(nicUser, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 1 {
+		t.Fatalf("a critical pod short of the nic during a gpu preemption: %+v after %d preemptions, want held after 1", res, k.calls)
 	}
 	k.end(true)
-	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit || k.calls != 1 {
-		t.Fatalf("once the kills ended: %+v after %d preemptions, want admitted after 1", res, k.calls)
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("the gpu preemption's pod: %+v, want admitted", res)
+	}
+	k.choose = []types.UID{"c"}
+	if res := w.Admit(ctx, critletAdd(nicUser, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 2 {
+		t.Fatalf("the nic's pod once the gpu preemption was answered: %+v after %d preemptions, want its own", res, k.calls)
+	}
+	if short := critletShortOf(t, k.got); len(short) != 1 || short[critletNIC].Requested != 1 {
+		t.Errorf("nic preemption's shortfall %+v, want one nic", short)
 	}
 }

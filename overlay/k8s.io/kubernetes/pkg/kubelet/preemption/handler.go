@@ -94,13 +94,13 @@ func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context
 // that still stand and the refusal when no set of pods covers them; the
 // kills, and the re-planned rounds for kills that fail, run on their own
 // goroutine, which calls done once every round has ended, with whether
-// the victims terminated free the whole shortfall. Meanwhile the kubelet
-// holds the critical pod. Each pod is credited with the devices held
-// counts for it, not its request, for the resources held counts; a pod
-// whose termination was requested already (terminating) is no candidate:
-// killing it again frees nothing sooner.
+// the victims terminated cover the shortfall and the victims whose kills
+// failed. Meanwhile the kubelet holds the critical pod. Each pod is
+// credited with the devices held counts for it, not its request, for the
+// resources held counts; a pod exclude reports (an earlier victim still
+// stuck terminating) is no candidate.
 func (c *CriticalPodAdmissionHandler) PreemptForDevices(ctx context.Context, admitPod *v1.Pod, failureReasons []lifecycle.PredicateFailureReason, held planning.HeldDevices,
-	terminating func(types.UID) bool, done func(freed bool)) (int, []lifecycle.PredicateFailureReason, error) {
+	exclude func(types.UID) bool, done func(freed bool, failed []types.UID)) (int, []lifecycle.PredicateFailureReason, error) {
 	if !kubetypes.IsCriticalPod(admitPod) {
 		return 0, failureReasons, nil
 	}
@@ -111,7 +111,7 @@ func (c *CriticalPodAdmissionHandler) PreemptForDevices(ctx context.Context, adm
 	}
 	var pods []*v1.Pod
 	for _, p := range c.getPodsFunc() {
-		if !terminating(p.UID) {
+		if !exclude(p.UID) {
 			pods = append(pods, p)
 		}
 	}
@@ -120,7 +120,14 @@ func (c *CriticalPodAdmissionHandler) PreemptForDevices(ctx context.Context, adm
 		return 0, nil, err
 	}
 	a.held = true
-	go func() { done(a.run(ctx, start, plan)) }()
+	go func() {
+		freed := a.run(ctx, start, plan)
+		failed := make([]types.UID, len(a.failed))
+		for i, f := range a.failed {
+			failed[i] = f.pod.UID
+		}
+		done(freed, failed)
+	}()
 	return len(plan), nil, nil
 }
 

@@ -417,14 +417,14 @@ func TestHandleDeviceShortfallBreaksTiesForFewestVictims(t *testing.T) {
 
 // preemptForDevices runs h.PreemptForDevices and waits for its kills to
 // end; it returns how many victims were chosen and whether they freed the
-// shortfall. terminating nil is no pod terminating.
-func preemptForDevices(t *testing.T, h *CriticalPodAdmissionHandler, pod *v1.Pod, reasons []lifecycle.PredicateFailureReason, held planning.HeldDevices, terminating func(k8stypes.UID) bool) (int, bool) {
+// shortfall. exclude nil excludes no pod.
+func preemptForDevices(t *testing.T, h *CriticalPodAdmissionHandler, pod *v1.Pod, reasons []lifecycle.PredicateFailureReason, held planning.HeldDevices, exclude func(k8stypes.UID) bool) (int, bool) {
 	t.Helper()
-	if terminating == nil {
-		terminating = func(k8stypes.UID) bool { return false }
+	if exclude == nil {
+		exclude = func(k8stypes.UID) bool { return false }
 	}
 	ended := make(chan bool, 1)
-	n, left, err := h.PreemptForDevices(context.Background(), pod, reasons, held, terminating, func(freed bool) { ended <- freed })
+	n, left, err := h.PreemptForDevices(context.Background(), pod, reasons, held, exclude, func(freed bool, _ []k8stypes.UID) { ended <- freed })
 	if err != nil || len(left) != 0 {
 		t.Fatalf("left %v, err %v", left, err)
 	}
@@ -439,8 +439,8 @@ func preemptForDevices(t *testing.T, h *CriticalPodAdmissionHandler, pod *v1.Pod
 
 // The victims are chosen before PreemptForDevices returns, and killed
 // after: it returns while a kill is still under way, and done reports the
-// end. A pod already terminating is not chosen again; the critical pod's
-// event says its admission follows.
+// end. A pod excluded (a victim stuck terminating) is not chosen again;
+// the critical pod's event says its admission follows.
 func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 	const gpu = v1.ResourceName("example.com/gpu")
 	withGPU := func(p *v1.Pod) *v1.Pod {
@@ -454,9 +454,9 @@ func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 	events := record.NewFakeRecorder(10)
 	h := newHandler(func() []*v1.Pod { return []*v1.Pod{stuck, holder} }, k.kill, events, settings.Upstream())
 	ended := make(chan bool, 1)
-	terminating := func(uid k8stypes.UID) bool { return uid == stuck.UID }
-	n, left, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil, terminating,
-		func(freed bool) { ended <- freed })
+	exclude := func(uid k8stypes.UID) bool { return uid == stuck.UID }
+	n, left, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil, exclude,
+		func(freed bool, _ []k8stypes.UID) { ended <- freed })
 	if err != nil || len(left) != 0 || n != 1 {
 		t.Fatalf("chose %d victims, left %v, err %v; want one", n, left, err)
 	}
@@ -475,7 +475,7 @@ func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 		t.Fatal("the kill ended, done was never called")
 	}
 	if got := k.names(); !slices.Equal(got, []string{holder.Name}) {
-		t.Errorf("killed %v, want only %s: %s is terminating already", got, holder.Name, stuck.Name)
+		t.Errorf("killed %v, want only %s: %s is excluded", got, holder.Name, stuck.Name)
 	}
 	var last string
 	for len(events.Events) > 0 {
@@ -484,15 +484,16 @@ func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 	if !strings.Contains(last, reasonPreempted) || !strings.HasSuffix(last, "; admission follows") {
 		t.Errorf("last event %q, want %s saying admission follows", last, reasonPreempted)
 	}
-	// With every holder terminating, nothing is chosen: refused.
+	// With every holder excluded, nothing is chosen: refused.
 	if _, _, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil,
-		func(k8stypes.UID) bool { return true }, func(bool) { t.Error("done called for a refusal") }); err == nil {
-		t.Error("every holder terminating: not refused")
+		func(k8stypes.UID) bool { return true }, func(bool, []k8stypes.UID) { t.Error("done called for a refusal") }); err == nil {
+		t.Error("every holder excluded: not refused")
 	}
 }
 
-// done reports whether the victims that terminated freed the shortfall: a
-// victim whose kill fails (no re-planning) leaves it short.
+// done reports whether the victims that terminated freed the shortfall,
+// and which kills failed: a victim whose kill fails (no re-planning)
+// leaves it short.
 func TestPreemptForDevicesReportsAFailedKill(t *testing.T) {
 	const gpu = v1.ResourceName("example.com/gpu")
 	withGPU := func(p *v1.Pod) *v1.Pod {
@@ -503,20 +504,35 @@ func TestPreemptForDevicesReportsAFailedKill(t *testing.T) {
 	a, b := withGPU(smallBurstable), withGPU(largeBurstable)
 	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 2)}
 	for _, c := range []struct {
-		name  string
-		fail  string
-		freed bool
-	}{{"both stop", "", true}, {"one fails", a.Name, false}} {
+		name   string
+		fail   *v1.Pod
+		freed  bool
+		failed []k8stypes.UID
+	}{{"both stop", nil, true, nil}, {"one fails", a, false, []k8stypes.UID{a.UID}}} {
 		k := &recordingKill{also: func(p *v1.Pod) error {
-			if p.Name == c.fail {
+			if c.fail != nil && p.Name == c.fail.Name {
 				return errors.New("timeout waiting to kill pod")
 			}
 			return nil
 		}}
 		h := newHandler(func() []*v1.Pod { return []*v1.Pod{a, b} }, k.kill, record.NewFakeRecorder(10), settings.Upstream())
-		n, freed := preemptForDevices(t, h, withGPU(clusterCritPod), reasons, nil, nil)
-		if n != 2 || freed != c.freed {
-			t.Errorf("%s: %d victims, freed %v; want 2, %v", c.name, n, freed, c.freed)
+		type result struct {
+			freed  bool
+			failed []k8stypes.UID
+		}
+		ended := make(chan result, 1)
+		n, _, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), reasons, nil, func(k8stypes.UID) bool { return false },
+			func(freed bool, failed []k8stypes.UID) { ended <- result{freed, failed} })
+		if err != nil || n != 2 {
+			t.Fatalf("%s: %d victims, err %v; want 2", c.name, n, err)
+		}
+		select {
+		case got := <-ended:
+			if got.freed != c.freed || !slices.Equal(got.failed, c.failed) {
+				t.Errorf("%s: done(%v, %v), want done(%v, %v)", c.name, got.freed, got.failed, c.freed, c.failed)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: done never called", c.name)
 		}
 	}
 }
