@@ -6,7 +6,9 @@
 // (kubernetes#117955, #125579, #133382). Within a window after the kubelet
 // starts, such a pod is held: tried again once every resource it waits for
 // is registered with healthy devices, refused with its last reason once
-// the window has closed.
+// the window has closed. With critical-device-preemption, a critical pod
+// whose victims are terminating is held the same way, without the window,
+// and tried again at every housekeeping (HoldPreempting).
 //
 // The package holds no kubelet state and does no I/O: the kubelet passes
 // the time, what the device manager offers, and each refusal; it runs the
@@ -63,12 +65,17 @@ func AwayPlugin(message string) (resource string, ok bool) {
 	return "", false
 }
 
-// Held is a pod waiting for device plugins.
+// Held is a pod waiting for device plugins, or for the pods preempted for
+// its devices to terminate.
 type Held struct {
 	UID types.UID
 	// Waiting lists the resources it waits for: the one its last refusal
 	// named (AwayPlugin).
 	Waiting []string
+	// Preempting: it waits for the pods preempted for it (or for another
+	// pod) to terminate, however long their grace periods, not for the
+	// window; it is tried again at every Next.
+	Preempting bool
 	// Reason and Message are its last refusal's, as upstream gave them.
 	Reason, Message string
 	// Since is its first refusal; Retries counts the attempts refused since.
@@ -102,7 +109,7 @@ func New(start time.Time, window time.Duration, b readmission.Backoff) *Holds {
 func (h *Holds) Closes() time.Time { return h.closes }
 
 // Hold records that pod uid was refused at now, waiting for the resources
-// waiting, and reports whether it is held. It is not held once the window
+// waiting, and reports whether it is held (for device plugins). It is not held once the window
 // has closed or when it waits for nothing: the caller refuses it as the
 // stock kubelet does (and forgets it, if it was held). A pod held already
 // (an attempt refused again) keeps its first refusal's time and waits one
@@ -120,30 +127,51 @@ func (h *Holds) Hold(uid types.UID, waiting []string, reason, message string, no
 		p.Retries++
 		p.next = now.Add(h.backoff.After(p.Retries))
 	}
-	p.Waiting, p.Reason, p.Message = slices.Clone(waiting), reason, message
+	p.Waiting, p.Reason, p.Message, p.Preempting = slices.Clone(waiting), reason, message, false
 	return true
 }
 
-// Next returns, oldest first, the held pods to try again at now (healthy
-// has a device of every resource each waits for, and its backoff is over) and, once the window has closed, every held pod to refuse
-// with its last reason; those are forgotten. Pods to try stay held until
-// the caller forgets them or holds them again. O(held × waited).
-func (h *Holds) Next(now time.Time, healthy map[string]int64) (retry, refuse []Held) {
-	if !now.Before(h.closes) {
-		for _, uid := range h.order {
-			refuse = append(refuse, h.pods[uid].Held)
-		}
-		h.pods, h.order = map[types.UID]*held{}, nil
-		return nil, refuse
+// HoldPreempting records that pod uid was refused at now while pods
+// preempted for devices terminate: it is held until the caller forgets it,
+// window or not, and tried again at every Next. A pod held already keeps
+// its first refusal's time. O(1) but for the first hold, O(held).
+func (h *Holds) HoldPreempting(uid types.UID, reason, message string, now time.Time) {
+	p, ok := h.pods[uid]
+	if !ok {
+		p = &held{Held: Held{UID: uid, Since: now}}
+		h.pods[uid] = p
+		h.order = append(h.order, uid)
+	} else {
+		p.Retries++
 	}
+	p.Waiting, p.Reason, p.Message, p.Preempting = nil, reason, message, true
+}
+
+// Next returns, oldest first, the held pods to try again at now (one
+// Preempting, or one whose every awaited resource has a device in healthy
+// and whose backoff is over) and, once the window has closed, every pod
+// held for device plugins, to refuse with its last reason; those are
+// forgotten. Pods to try stay held until the caller forgets them or holds
+// them again. O(held × waited).
+func (h *Holds) Next(now time.Time, healthy map[string]int64) (retry, refuse []Held) {
+	closed := !now.Before(h.closes)
+	kept := h.order[:0:0]
 	for _, uid := range h.order {
 		p := h.pods[uid]
-		if now.Before(p.next) || slices.ContainsFunc(p.Waiting, func(res string) bool { return healthy[res] == 0 }) {
+		switch {
+		case p.Preempting:
+			retry = append(retry, p.Held)
+		case closed:
+			refuse = append(refuse, p.Held)
+			delete(h.pods, uid)
 			continue
+		case !now.Before(p.next) && !slices.ContainsFunc(p.Waiting, func(res string) bool { return healthy[res] == 0 }):
+			retry = append(retry, p.Held)
 		}
-		retry = append(retry, p.Held)
+		kept = append(kept, uid)
 	}
-	return retry, nil
+	h.order = kept
+	return retry, refuse
 }
 
 // All returns every held pod, oldest first. O(held).

@@ -209,3 +209,38 @@ func TestAllListsEveryHeldPodOldestFirst(t *testing.T) {
 		t.Errorf("All after Forget(b) = %v, want [a]", got)
 	}
 }
+
+// A pod held while pods preempted for it terminate is tried at every Next,
+// in order of first refusal with the others, and outlives the window; the
+// plugin holds are refused when it closes. Held again for a plugin, it
+// waits for the plugin like any other.
+func TestHoldPreemptingIgnoresTheWindow(t *testing.T) {
+	h := newHolds()
+	if !h.Hold("plugin", []string{widget}, "UnexpectedAdmissionError", "m", start) {
+		t.Fatal("not held")
+	}
+	h.HoldPreempting("critical", "PreemptingForDevices", "waiting", start.Add(time.Second))
+	h.HoldPreempting("critical", "PreemptingForDevices", "waiting", start.Add(2*time.Second))
+	retry, refuse := h.Next(start.Add(3*time.Second), map[string]int64{widget: 1})
+	if !slices.Equal(uids(retry), []types.UID{"plugin", "critical"}) || refuse != nil {
+		t.Fatalf("Next = %v, %v; want both tried, oldest first", uids(retry), uids(refuse))
+	}
+	if got := retry[1]; !got.Preempting || got.Retries != 1 || !got.Since.Equal(start.Add(time.Second)) || got.Waiting != nil {
+		t.Errorf("preempting hold = %+v, want its first refusal's time, one retry, no plugin", got)
+	}
+	retry, refuse = h.Next(start.Add(time.Hour), nil)
+	if !slices.Equal(uids(retry), []types.UID{"critical"}) || !slices.Equal(uids(refuse), []types.UID{"plugin"}) {
+		t.Fatalf("after the window: retry %v, refuse %v; want the preempting hold tried, the plugin's refused", uids(retry), uids(refuse))
+	}
+	if !h.Has("critical") || h.Has("plugin") || h.Len() != 1 {
+		t.Error("after the window only the preempting hold stays")
+	}
+	h2 := newHolds()
+	h2.HoldPreempting("x", "PreemptingForDevices", "waiting", start)
+	if !h2.Hold("x", []string{widget}, "UnexpectedAdmissionError", "m", start) {
+		t.Fatal("not held for its plugin")
+	}
+	if retry, _ := h2.Next(start.Add(time.Minute), nil); len(retry) != 0 {
+		t.Errorf("held for a plugin with no healthy device: tried %v", uids(retry))
+	}
+}

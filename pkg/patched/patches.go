@@ -127,13 +127,13 @@ var (
 	}
 	CriticalDevicePreemption = Patch{
 		Name:   "critical-device-preemption",
-		Change: "a critical pod the container manager refuses for lack of device-plugin devices preempts pods holding them, chosen with any cpu or memory shortfall in one selection, and is allocated again once the device manager has freed their devices",
+		Change: "a critical pod the container manager refuses for lack of device-plugin devices preempts pods holding them, chosen with any cpu or memory shortfall in one selection, and is held, the sync loop going on, until their kills have ended, then admitted again through every admit handler",
 		Issues: []string{
 			"https://github.com/kubernetes/kubernetes/issues/117955",
 			"https://github.com/kubernetes/kubernetes/issues/78405",
 		},
 		Setting:     "critical-preemption-devices",
-		SettingHelp: "When the container manager refuses a critical pod for lack of devices of a device-plugin resource, preempt non-critical pods holding them (chosen with any cpu or memory shortfall in one selection, by the same rules and policy), wait up to 10s for the device manager to free their devices and allocate again; refused with the device manager's reason when no set of pods frees enough; off (default), the pod is refused and nothing is preempted, as with the stock kubelet.",
+		SettingHelp: "When the container manager refuses a critical pod for lack of devices of a device-plugin resource, preempt non-critical pods holding them (chosen with any cpu or memory shortfall in one selection, by the same rules and policy), hold the pod (no status, no start) while they terminate, the sync loop going on (other critical pods short of devices wait their turn), then admit it again through every admit handler; refused with the device manager's reason when no set of pods frees enough; off (default), the pod is refused and nothing is preempted, as with the stock kubelet.",
 		Package:     "pkg/kubelet/cm",
 		Hooks: []Hook{
 			{

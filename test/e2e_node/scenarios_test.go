@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -260,19 +261,7 @@ func TestDevicePluginResource(t *testing.T) {
 		e.ensurePriorityClass("critlet-e2e-high", 1000)
 		// Each ignores SIGTERM, so a victim ends Failed/Preempting after
 		// its 1 s grace period.
-		holding := func(s podSpec, n string) podSpec {
-			s.requests, s.limits = maps.Clone(s.requests), maps.Clone(s.limits)
-			if s.requests == nil {
-				s.requests = v1.ResourceList{}
-			}
-			if s.limits == nil {
-				s.limits = v1.ResourceList{}
-			}
-			s.requests[widget], s.limits[widget] = resource.MustParse(n), resource.MustParse(n)
-			s.command = []string{"/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"}
-			s.gracePeriod = ptr.To[int64](1)
-			return s
-		}
+		holding := func(s podSpec, n string) podSpec { return holdingDevices(s, widget, n, 1) }
 		high := burstable("holder-burstable-high", "100m", "50Mi")
 		high.priorityClass = "critlet-e2e-high"
 		holders := e.createRunning(
@@ -321,6 +310,128 @@ func TestDevicePluginResource(t *testing.T) {
 				e.t.Errorf("%s: %d DevicePreemptionSkipped events, want %d", s.name, got, want)
 			}
 		}
+	})
+}
+
+// holdingDevices is s requesting n of resource, as a pod that ignores
+// SIGTERM, so that once killed it takes its whole grace period.
+func holdingDevices(s podSpec, res v1.ResourceName, n string, grace int64) podSpec {
+	s.requests, s.limits = maps.Clone(s.requests), maps.Clone(s.limits)
+	if s.requests == nil {
+		s.requests = v1.ResourceList{}
+	}
+	if s.limits == nil {
+		s.limits = v1.ResourceList{}
+	}
+	s.requests[res], s.limits[res] = resource.MustParse(n), resource.MustParse(n)
+	s.command = []string{"/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"}
+	s.gracePeriod = ptr.To(grace)
+	return s
+}
+
+// A critical pod whose victims take a 120 s grace period is held while they
+// terminate, and the kubelet goes on meanwhile: another pod is created,
+// runs and is deleted, a second critical pod short of the device is held
+// and its deletion completes at once, and /healthz answers ok every second. (The stock
+// kubelet kills nothing for devices, and with cpu it would hold its sync
+// loop for the whole grace: critlet's setting only.) The critical pod runs
+// once the victim is gone, on its widget, with no status before.
+func TestDevicePreemptionLongGrace(t *testing.T) {
+	const widget = v1.ResourceName("critlet.example/widget")
+	const grace = 120
+	opts := scenarioOptions{critletOnly: []kubeletUnderTest{devicePreempting}, timeout: 10 * time.Minute}
+	runScenario(t, "6b device victims' long grace", opts, func(e *env) {
+		e.startDevicePlugin(string(widget), "widget-0", "widget-1")
+		e.waitAllocatable(widget, 2)
+		// The other widget's holder is critical, no candidate: the victim
+		// is the slow one, whose widget the critical pod must get.
+		victim := e.createRunning(holdingDevices(bestEffort("holder-slow"), widget, "1", grace),
+			holdingDevices(critical("critical-kept", resources("10m", "10Mi")), widget, "1", 1))[0]
+		held := e.deviceHolders(widget)[victim.Name]
+		start := time.Now()
+		crit := e.create(holdingDevices(critical("critical-widget", resources("10m", "10Mi")), widget, "1", 1))
+		// The victim's status says Failed only once it has stopped: its
+		// event says its kill has begun.
+		e.waitEvent([]*v1.Pod{victim}, reasonPreempting, 30*time.Second)
+		signalled := time.Since(start)
+
+		// Meanwhile: the kubelet answers, admits, starts and deletes. (Its
+		// /healthz fails only after a sync loop stalled for 5 min: the
+		// bystander is what shows the sync loop going on.)
+		healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", suite.Config().Ports.KubeletHealthz)
+		stop := make(chan struct{})
+		var stopOnce sync.Once
+		stopProbe := func() { stopOnce.Do(func() { close(stop) }) }
+		e.t.Cleanup(stopProbe)
+		failures := make(chan string, 1000)
+		go func() {
+			client := &http.Client{Timeout: 10 * time.Second}
+			for {
+				select {
+				case <-stop:
+					close(failures)
+					return
+				case <-time.After(time.Second):
+				}
+				resp, err := client.Get(healthz)
+				if err != nil {
+					failures <- err.Error()
+					continue
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failures <- resp.Status
+				}
+			}
+		}()
+		creating := time.Now()
+		bystander := e.createRunning(bestEffort("bystander"))[0]
+		if took := time.Since(creating); took > time.Minute {
+			e.t.Errorf("the bystander took %s to run while the victim terminated, want under a minute", took)
+		}
+		e.deleteAndWait(bystander)
+		// Another critical pod short of the widget waits for the same
+		// victim (one preemption at a time); deleted, it is gone at once.
+		second := e.create(holdingDevices(critical("critical-second", resources("10m", "10Mi")), widget, "1", 1))
+		e.waitEvent([]*v1.Pod{second}, "WaitingForPreemptedPods", 30*time.Second)
+		deleting := time.Now()
+		e.deleteAndWait(second)
+		deleted := time.Since(deleting)
+		if deleted > 30*time.Second {
+			e.t.Errorf("the held critical pod took %s to be deleted, want seconds", deleted)
+		}
+		if got := e.victims(); len(got) != 0 || e.eventCount(victim, reasonPreempting) != 1 {
+			e.t.Errorf("the second critical pod preempted %v (victim's Preempting events: %d), want nothing more", got, e.eventCount(victim, reasonPreempting))
+		}
+		if cur, err := e.get(crit); err != nil || cur.Status.Phase != v1.PodPending || len(cur.Status.ContainerStatuses) != 0 {
+			e.t.Errorf("critical pod while its victim terminates: %v %+v, want Pending with no container", err, cur.Status)
+		}
+		during := time.Since(start)
+		stopProbe()
+		var bad []string
+		for f := range failures {
+			bad = append(bad, f)
+		}
+		if len(bad) > 0 {
+			e.t.Errorf("/healthz failed %d times while the victim terminated: %v", len(bad), bad)
+		}
+		if during >= grace*time.Second {
+			e.t.Errorf("the bystander took %s, past the victim's grace period: the check proves nothing", during)
+		}
+		e.note("victim signalled %s after the critical pod's creation; bystander created, running and deleted, a second held critical pod deleted in %s, by %s, /healthz ok throughout",
+			signalled.Round(time.Second), deleted.Round(100*time.Millisecond), during.Round(time.Second))
+
+		crit = e.waitPhase(crit, (grace+60)*time.Second, v1.PodRunning)
+		e.row.latency = time.Since(start)
+		e.row.victims = e.waitVictims("holder-", 1, 0)
+		e.expectPreempted(victim, killed)
+		if now := e.deviceHolders(widget)[crit.Name]; !slices.Equal(now, held) {
+			e.t.Errorf("critical pod runs on %v, want the victim's %v", now, held)
+		}
+		if e.row.latency < (grace-10)*time.Second {
+			e.t.Errorf("critical pod ran %s after its creation, before its victim's %ds grace could end", e.row.latency, grace)
+		}
+		e.note("critical pod ran %s after its creation", e.row.latency.Round(time.Second))
 	})
 }
 

@@ -34,6 +34,11 @@ package kubelet
 // housekeeping refuses a held pod deleted meanwhile, so its deletion
 // completes at once. It stays active for the device manager, which keeps
 // its checkpointed devices.
+//
+// The critical-device-preemption patch holds its critical pods here too,
+// while their victims terminate (cm.CritletReasonPreemptingForDevices),
+// with or without this patch's setting: the same guard, housekeeping and
+// deletion, no window.
 
 import (
 	"context"
@@ -47,6 +52,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/kubelet/cm"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
@@ -59,8 +65,10 @@ import (
 
 // Event reasons on a held pod.
 const (
-	critletReasonWaitingForDevicePlugin = "WaitingForDevicePlugin"
-	critletReasonAdmittedAfterPlugin    = "AdmittedAfterDevicePlugin"
+	critletReasonWaitingForDevicePlugin  = "WaitingForDevicePlugin"
+	critletReasonAdmittedAfterPlugin     = "AdmittedAfterDevicePlugin"
+	critletReasonWaitingForPreemptedPods = "WaitingForPreemptedPods"
+	critletReasonAdmittedAfterPreemption = "AdmittedAfterPreemption"
 )
 
 // The holds are read by the pod workers' guard on whichever goroutine
@@ -81,6 +89,12 @@ func (c *critletHolds) Hold(uid types.UID, waiting []string, reason, message str
 	critletDeviceHoldsMu.Lock()
 	defer critletDeviceHoldsMu.Unlock()
 	return c.h.Hold(uid, waiting, reason, message, now)
+}
+
+func (c *critletHolds) HoldPreempting(uid types.UID, reason, message string, now time.Time) {
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	c.h.HoldPreempting(uid, reason, message, now)
 }
 
 func (c *critletHolds) Next(now time.Time, healthy map[string]int64) (retry, refuse []devicewait.Held) {
@@ -119,19 +133,26 @@ func (c *critletHolds) Closes() time.Time {
 	return c.h.Closes()
 }
 
-// critletHeldForDevices returns the pods held for device plugins, or nil
-// when the patch is off. The window opens at the first call, when the
-// sync loop first admits pods or does housekeeping, moments after the
-// kubelet starts.
+// critletHeldForDevices returns the pods held for device plugins
+// (device-readmission) or for their victims to terminate
+// (critical-device-preemption), or nil when both patches are off. The
+// device plugins' window opens at the first call, when the sync loop
+// first admits pods or does housekeeping, moments after the kubelet
+// starts; without device-readmission it is closed.
 func (kl *Kubelet) critletHeldForDevices() *critletHolds {
 	s := kubeletstate.Get().Settings
-	if !s.On(patched.DeviceReadmission) || !utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScaling) {
+	if !s.On(patched.DeviceReadmission) && !s.On(patched.CriticalDevicePreemption) ||
+		!utilfeature.DefaultFeatureGate.Enabled(features.InPlacePodVerticalScaling) {
 		return nil
 	}
 	critletDeviceHoldsMu.Lock()
 	defer critletDeviceHoldsMu.Unlock()
 	if critletDeviceHolds == nil {
-		critletDeviceHolds = &critletHolds{devicewait.New(kl.clock.Now(), s.DeviceReadmissionWindow, readmission.DefaultBackoff)}
+		var window time.Duration
+		if s.On(patched.DeviceReadmission) {
+			window = s.DeviceReadmissionWindow
+		}
+		critletDeviceHolds = &critletHolds{devicewait.New(kl.clock.Now(), window, readmission.DefaultBackoff)}
 	}
 	return critletDeviceHolds
 }
@@ -162,18 +183,34 @@ func critletPassOverHeld(p *podWorkers, logger klog.Logger, uid types.UID, updat
 // critletHoldForDevices is called by HandlePodAdditions when admission has
 // refused pod, before it rejects it. It reports whether the pod is held:
 // refused by the device manager for a plugin that is away (unregistered, or
-// no healthy device), within the window. The pod waits for the resource
-// the refusal names.
+// no healthy device), within the window, when it waits for the resource
+// the refusal names; or refused while pods preempted for devices
+// terminate, when it waits for them.
 func (kl *Kubelet) critletHoldForDevices(ctx context.Context, pod *v1.Pod, reason, message string) bool {
 	h := kl.critletHeldForDevices()
-	if h == nil || reason != lifecycle.UnexpectedAdmissionError {
+	if h == nil {
+		return false
+	}
+	logger := klog.FromContext(ctx)
+	if reason == cm.CritletReasonPreemptingForDevices {
+		first := !h.Has(pod.UID)
+		h.HoldPreempting(pod.UID, reason, message, kl.clock.Now())
+		// As for a plugin's hold: a held pod has no allocation, even one
+		// checkpointed before a reboot.
+		kl.allocationManager.RemovePod(logger, pod.UID)
+		if first {
+			kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonWaitingForPreemptedPods, "Admission waits: %s", message)
+			logger.Info("Critical pod held while the pods preempted for devices terminate", "pod", klog.KObj(pod), "podUID", pod.UID, "message", message)
+		}
+		return true
+	}
+	if reason != lifecycle.UnexpectedAdmissionError {
 		return false
 	}
 	away, ok := devicewait.AwayPlugin(message)
 	if !ok {
 		return false
 	}
-	logger := klog.FromContext(ctx)
 	waiting := []string{away}
 	if !h.Hold(pod.UID, waiting, reason, message, kl.clock.Now()) {
 		return false
@@ -213,7 +250,9 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 			h.Forget(pod.UID)
 			logger.Info("Held pod deleted; refusing it so that its deletion completes", "pod", klog.KObj(pod), "podUID", pod.UID, "heldSince", held.Since)
 			kl.critletRejectHeld(ctx, pod, held.Reason, held.Message)
-			critletmetrics.DeviceReadmissions.WithLabelValues("refused").Inc()
+			if !held.Preempting {
+				critletmetrics.DeviceReadmissions.WithLabelValues("refused").Inc()
+			}
 		}
 	}
 	healthy := kl.critletHealthyDevices(logger)
@@ -242,9 +281,20 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 		start := kl.clock.Now()
 		ok, reason, message := kl.allocationManager.AddPod(ctx, kl.GetActivePods(), pod)
 		if !ok {
-			// Refused for a plugin away again, or for another one it
-			// needs: held for the one named, tried again after its
-			// backoff once that has healthy devices.
+			// Still waiting for preempted pods; or refused for a plugin
+			// away again, or for another one it needs: held for the one
+			// named, tried again after its backoff once that has healthy
+			// devices.
+			if reason == cm.CritletReasonPreemptingForDevices {
+				h.HoldPreempting(pod.UID, reason, message, start)
+				kl.allocationManager.RemovePod(logger, pod.UID)
+				if !held.Preempting {
+					// Its plugin is back, and its devices are held by
+					// pods preempted for it or for another.
+					kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonWaitingForPreemptedPods, "Admission waits: %s", message)
+				}
+				continue
+			}
 			if away, isAway := devicewait.AwayPlugin(message); isAway && reason == lifecycle.UnexpectedAdmissionError &&
 				h.Hold(pod.UID, []string{away}, reason, message, start) {
 				critletmetrics.DeviceReadmissions.WithLabelValues("held").Inc()
@@ -253,16 +303,25 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 			}
 			h.Forget(pod.UID)
 			kl.critletRejectHeld(ctx, pod, reason, message)
-			critletmetrics.DeviceReadmissions.WithLabelValues("refused").Inc()
+			if !held.Preempting {
+				critletmetrics.DeviceReadmissions.WithLabelValues("refused").Inc()
+			}
 			continue
 		}
 		h.Forget(pod.UID)
-		critletmetrics.DeviceReadmissions.WithLabelValues("admitted").Inc()
 		_, mirrorPod, _ := kl.podManager.GetPodAndMirrorPod(pod)
-		kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonAdmittedAfterPlugin,
-			"Admitted once the device plugins of %v were back (held since %s)", held.Waiting, held.Since.UTC().Format("15:04:05"))
-		logger.Info("Held pod admitted: its device plugins are back", "pod", klog.KObj(pod), "podUID", pod.UID,
-			"waitedFor", held.Waiting, "heldSince", held.Since, "retries", held.Retries)
+		if held.Preempting {
+			kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonAdmittedAfterPreemption,
+				"Admitted once the pods preempted for its devices had terminated (held since %s)", held.Since.UTC().Format("15:04:05"))
+			logger.Info("Held pod admitted: the pods preempted for devices have terminated", "pod", klog.KObj(pod), "podUID", pod.UID,
+				"heldSince", held.Since, "retries", held.Retries)
+		} else {
+			critletmetrics.DeviceReadmissions.WithLabelValues("admitted").Inc()
+			kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonAdmittedAfterPlugin,
+				"Admitted once the device plugins of %v were back (held since %s)", held.Waiting, held.Since.UTC().Format("15:04:05"))
+			logger.Info("Held pod admitted: its device plugins are back", "pod", klog.KObj(pod), "podUID", pod.UID,
+				"waitedFor", held.Waiting, "heldSince", held.Since, "retries", held.Retries)
+		}
 		kl.critletStartAdmitted(ctx, pod, mirrorPod, start)
 	}
 }

@@ -525,3 +525,164 @@ func TestCritletHeldPodWaitsForTheNextPluginNamed(t *testing.T) {
 		t.Fatalf("held = %+v, want the pod waiting for %s, the plugin its retry was refused for", held, gadget)
 	}
 }
+
+// critletPreemptingState is an allocate handler that refuses as the
+// critical-device-preemption wrapper does while a pod's victims terminate.
+type critletPreemptingState struct {
+	mu          sync.Mutex
+	terminating bool
+	asked       int
+}
+
+func (s *critletPreemptingState) Admit(context.Context, *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked++
+	if s.terminating {
+		return lifecycle.PodAdmitResult{Reason: cm.CritletReasonPreemptingForDevices, Message: "Waiting for the 2 pods preempted for its devices to terminate"}
+	}
+	return lifecycle.PodAdmitResult{Admit: true}
+}
+
+func (s *critletPreemptingState) set(terminating bool) (asked int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.terminating = terminating
+	return s.asked
+}
+
+// critletPreemptingKubelet is a test kubelet with critical-device-preemption
+// on and device-readmission off, whose allocate handler holds every pod
+// while state says victims terminate.
+func critletPreemptingKubelet(t *testing.T) (*TestKubelet, *critletPreemptingState, *record.FakeRecorder) {
+	testKubelet, plugin, recorder := critletDeviceKubelet(t, false)
+	critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.CriticalDevicePreemption, true) })
+	plugin.set(1, "")
+	state := &critletPreemptingState{terminating: true}
+	testKubelet.kubelet.allocationManager.AddPodAdmitHandlers(lifecycle.PodAdmitHandlers{state})
+	return testKubelet, state, recorder
+}
+
+// A critical pod whose victims are terminating is held as a pod waiting for
+// its plugin is (no status, no allocation, no worker, whatever path would
+// sync it), with device-readmission off and however long after the
+// kubelet's start, tried at every housekeeping without a second event, and
+// admitted once the admit handlers let it in: an API pod and a static pod.
+func TestCritletPodHeldWhileItsVictimsTerminate(t *testing.T) {
+	for _, static := range []bool{false, true} {
+		t.Run(map[bool]string{false: "api pod", true: "static pod"}[static], func(t *testing.T) {
+			tCtx := ktesting.Init(t)
+			testKubelet, state, recorder := critletPreemptingKubelet(t)
+			kl := testKubelet.kubelet
+			pod := critletWidgetPod("critical")
+			if static {
+				pod.Annotations = map[string]string{kubetypes.ConfigSourceAnnotationKey: kubetypes.FileSource}
+			}
+			// Admitted before a reboot: its allocation is checkpointed.
+			if err := kl.allocationManager.SetAllocatedResources(klog.Background(), pod); err != nil {
+				t.Fatal(err)
+			}
+			kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+			kl.HandlePodSyncs(tCtx, []*v1.Pod{pod})
+			if err := kl.HandlePodCleanups(tCtx); err != nil {
+				t.Fatal(err)
+			}
+			if _, found := kl.statusManager.GetPodStatus(pod.UID); found {
+				t.Fatal("the held pod has a status: it was rejected")
+			}
+			if _, ok := critletWorker(kl.podWorkers.(*podWorkers), pod.UID); ok || kl.allocationManager.HasPodAllocatedResources(pod.UID) {
+				t.Fatal("the held pod was handed to a pod worker or allocated")
+			}
+			if events := critletEvents(recorder); !critletHasEvent(events, critletReasonWaitingForPreemptedPods) {
+				t.Errorf("events %v, want %s", events, critletReasonWaitingForPreemptedPods)
+			}
+			// Long after any window, still terminating: tried, held on, no
+			// second event.
+			testKubelet.fakeClock.Step(2 * time.Hour)
+			kl.critletRetryHeldForDevices(tCtx)
+			if asked := state.set(true); asked != 2 {
+				t.Fatalf("admission asked %d times, want the refusal and one retry", asked)
+			}
+			if _, found := kl.statusManager.GetPodStatus(pod.UID); found || !kl.critletHeldForDevices().Has(pod.UID) {
+				t.Fatal("the pod was not held on while its victims terminate")
+			}
+			if events := critletEvents(recorder); len(events) != 0 {
+				t.Errorf("events %v on a retry still held, want none", events)
+			}
+			state.set(false)
+			kl.critletRetryHeldForDevices(tCtx)
+			if !kl.allocationManager.HasPodAllocatedResources(pod.UID) || kl.critletHeldForDevices().Has(pod.UID) {
+				t.Fatal("the pod was not admitted once its victims had terminated")
+			}
+			if _, ok := critletWorker(kl.podWorkers.(*podWorkers), pod.UID); !ok {
+				t.Error("the admitted pod was not handed to the pod workers")
+			}
+			if events := critletEvents(recorder); !critletHasEvent(events, critletReasonAdmittedAfterPreemption) {
+				t.Errorf("events %v, want %s", events, critletReasonAdmittedAfterPreemption)
+			}
+		})
+	}
+}
+
+// A held critical pod deleted while its victims terminate is refused at
+// the next housekeeping, so that its deletion completes.
+func TestCritletPodHeldForVictimsDeleted(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, _, _ := critletPreemptingKubelet(t)
+	kl := testKubelet.kubelet
+	pod := critletWidgetPod("critical")
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+	deleted := pod.DeepCopy()
+	deleted.DeletionTimestamp = &metav1.Time{Time: testKubelet.fakeClock.Now()}
+	kl.podManager.UpdatePod(deleted)
+	kl.critletRetryHeldForDevices(tCtx)
+	checkPodStatus(t, kl, pod, v1.PodFailed)
+	if kl.critletHeldForDevices().Has(pod.UID) {
+		t.Error("the deleted pod is still held")
+	}
+}
+
+// A static pod static-pod-readmission retries while the pods preempted for
+// it terminate is not rejected again (its status stays its first
+// refusal's) and is due again once one of them has left.
+func TestCritletStaticPodRetryWaitsForItsVictims(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, state, _ := critletPreemptingKubelet(t)
+	critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.StaticPodReadmission, true) })
+	critletResetReadmission(t)
+	kl := testKubelet.kubelet
+	pod := critletWidgetPod("static")
+	pod.Annotations = map[string]string{kubetypes.ConfigSourceAnnotationKey: kubetypes.FileSource}
+	kl.podManager.AddPod(pod)
+	kl.rejectPod(tCtx, pod, "OutOfcpu", "no room")
+	kl.critletAdmissionRefused(tCtx, pod, "OutOfcpu")
+	testKubelet.fakeClock.Step(time.Minute)
+	kl.critletRetryRefusedAdmissions(tCtx)
+	if asked := state.set(true); asked != 1 {
+		t.Fatalf("admission asked %d times, want one retry", asked)
+	}
+	if status, _ := kl.statusManager.GetPodStatus(pod.UID); status.Reason != "OutOfcpu" {
+		t.Errorf("status reason %q, want the first refusal's OutOfcpu kept", status.Reason)
+	}
+	if critletReadmission().Len() != 1 {
+		t.Fatal("the static pod left the re-admission queue")
+	}
+	state.set(false)
+	testKubelet.fakeClock.Step(time.Minute)
+	kl.critletRetryRefusedAdmissions(tCtx)
+	if !kl.allocationManager.HasPodAllocatedResources(pod.UID) {
+		t.Fatal("the static pod was not admitted once its victims had terminated")
+	}
+}
+
+// critletResetReadmission starts t with an empty static-pod re-admission
+// queue and leaves none behind.
+func critletResetReadmission(t *testing.T) {
+	reset := func() {
+		critletReadmissionMu.Lock()
+		critletReadmissionQueue = nil
+		critletReadmissionMu.Unlock()
+	}
+	reset()
+	t.Cleanup(reset)
+}

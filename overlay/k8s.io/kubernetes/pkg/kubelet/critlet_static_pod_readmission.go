@@ -25,6 +25,7 @@ import (
 	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/allocation"
+	"k8s.io/kubernetes/pkg/kubelet/cm"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/critletmetrics"
@@ -94,6 +95,13 @@ func (kl *Kubelet) critletRetryRefusedAdmissions(ctx context.Context) {
 		}
 		start := kl.clock.Now()
 		if ok, reason, message := kl.allocationManager.AddPod(ctx, kl.GetActivePods(), pod); !ok {
+			if reason == cm.CritletReasonPreemptingForDevices {
+				// Pods preempted for its devices are terminating: it stays
+				// as refused before, and is due again once one has left.
+				n, next := q.Refused(pod.UID, reason, start, critletUIDs(kl.GetActivePods()))
+				logger.Info("Static pod waits for the pods preempted for its devices", "pod", klog.KObj(pod), "podUID", pod.UID, "message", message, "refusals", n, "nextTry", next)
+				continue
+			}
 			kl.rejectPod(ctx, pod, reason, message)
 			recordAdmissionRejection(reason)
 			critletmetrics.ReadmissionAttempts.WithLabelValues("refused").Inc()

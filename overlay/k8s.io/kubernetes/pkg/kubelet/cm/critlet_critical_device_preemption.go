@@ -6,15 +6,18 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
+	kubefeatures "k8s.io/kubernetes/pkg/features"
 	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -29,14 +32,10 @@ import (
 	"github.com/critlet/critlet/pkg/planning"
 )
 
-// The victims' devices are freed by the device manager's next
-// UpdateAllocatedDevices once the pod workers report them terminated,
-// which killPodNow waited for; the wait only covers the kubelet's own
-// bookkeeping catching up, and it holds the sync loop, so it is short.
-const (
-	critletDeviceFreeWait = 10 * time.Second
-	critletDeviceFreePoll = 100 * time.Millisecond
-)
+// CritletReasonPreemptingForDevices is the refusal of a critical pod whose
+// victims are terminating: the kubelet holds the pod (no status, no start)
+// and admits it again, through every admit handler, at each housekeeping.
+const CritletReasonPreemptingForDevices = "PreemptingForDevices"
 
 // CritletPreemptDevices is called by the line the critical-device-preemption
 // patch appends in NewMainKubelet once the predicate handler has joined
@@ -54,6 +53,12 @@ func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHan
 	if !kubeletstate.Get().Settings.On(patched.CriticalDevicePreemption) {
 		return handlers
 	}
+	if !utilfeature.DefaultFeatureGate.Enabled(kubefeatures.InPlacePodVerticalScaling) {
+		// The kubelet holds a pod only where it passes over unallocated
+		// pods' updates (locked on since 1.35).
+		klog.FromContext(ctx).Error(nil, "Cannot install critlet's patch as set: it holds critical pods while their victims terminate, which needs the InPlacePodVerticalScaling feature gate", "patch", patched.CriticalDevicePreemption.Name)
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
 	managers := planning.NodeManagers{Topology: kubeCfg.TopologyManagerPolicy, CPU: kubeCfg.CPUManagerPolicy, Memory: kubeCfg.MemoryManagerPolicy}
 	if why := planning.DevicePreemptionUnsupported(managers, true); why != "" {
 		klog.FromContext(ctx).Info("critlet's critical-device-preemption does not preempt for some pods on this node: those short of devices are refused as upstream refuses them",
@@ -70,8 +75,7 @@ func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHan
 			},
 			preempt:    preempt,
 			activePods: activePods,
-			wait:       critletDeviceFreeWait,
-			poll:       critletDeviceFreePoll,
+			ctx:        ctx,
 		}
 	})
 	if err != nil {
@@ -94,9 +98,11 @@ func critletWrapAllocateHandler(handlers []lifecycle.PodAdmitHandler, allocateAt
 }
 
 // critletDeviceShortfallHandler is critlet's critical-pod handler
-// (pkg/kubelet/preemption), which weighs each pod by the devices it holds.
+// (pkg/kubelet/preemption), which weighs each pod by the devices it holds
+// and kills without waiting, calling done once the kills have ended.
 type critletDeviceShortfallHandler interface {
-	HandleDeviceShortfall(ctx context.Context, pod *v1.Pod, reasons []lifecycle.PredicateFailureReason, op lifecycle.Operation, held planning.HeldDevices) ([]lifecycle.PredicateFailureReason, error)
+	PreemptForDevices(ctx context.Context, pod *v1.Pod, reasons []lifecycle.PredicateFailureReason, held planning.HeldDevices,
+		exclude func(types.UID) bool, done func(freed bool, failed []types.UID)) (int, []lifecycle.PredicateFailureReason, error)
 }
 
 // critletDevicePreemption is the container manager's allocate handler
@@ -113,7 +119,29 @@ type critletDevicePreemption struct {
 	probe      func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler
 	preempt    critletDeviceShortfallHandler
 	activePods func() []*v1.Pod
-	wait, poll time.Duration
+	// ctx lives as long as the kubelet: the kills outlive the admission
+	// that began them.
+	ctx context.Context
+
+	// flight is the preemption under way or ended and not yet answered,
+	// set and read on the sync loop; its fields are written by the kills'
+	// goroutine, under mu. One at a time: two never weigh the same pods.
+	mu     sync.Mutex
+	flight *critletFlight
+	// failed are the victims whose kills failed, under mu (stuck).
+	failed []types.UID
+}
+
+// critletFlight is one critical pod's device preemption.
+type critletFlight struct {
+	pod     *v1.Pod
+	victims int
+	started time.Time
+	// resources are the device resources it frees.
+	resources []v1.ResourceName
+	// ended and freed are set once the kills have ended, freed when they
+	// freed the whole shortfall.
+	ended, freed bool
 }
 
 // critletReasonDevicePreemptionSkipped is the event on a critical pod short
@@ -126,14 +154,45 @@ const critletReasonDevicePreemptionSkipped = "DevicePreemptionSkipped"
 // under restricted and single-numa-node the topology manager's) and
 // devices of a device-plugin resource are short, it preempts, where the
 // node's resource managers cannot refuse the freed devices, pods chosen
-// from the devices and any native shortfall together, waits
-// for the device manager to free the victims' devices, takes the victims
-// out of the pods the handlers after it see, and allocates again. Anything
-// that does not end in an allocation returns upstream's refusal (or the
-// second allocation's), with what happened logged.
+// from the devices and any native shortfall together, and refuses the pod
+// with CritletReasonPreemptingForDevices: the kubelet holds it, and it is
+// admitted here again, through every admit handler, while the victims
+// terminate, so the sync loop never waits on their grace periods. Once
+// their kills have ended, the next admission is the pod's answer:
+// allocated, or upstream's refusal. Until then any other pod asking for
+// the devices being freed, and any other critical pod short of devices,
+// is held too. Anything else returns upstream's refusal, with what
+// happened logged.
 func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
+	if attrs.Operation != lifecycle.AddOperation {
+		return w.inner.Admit(ctx, attrs)
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
+	f, ended, freed := w.current()
+	if f != nil && ended && !w.active(f.pod.UID) {
+		// Its pod is gone (deleted while held): nothing waits for it.
+		w.flight, f = nil, nil
+	}
+	own := f != nil && f.pod.UID == attrs.Pod.UID
+	if f != nil && !own && critletRequestsAny(attrs.Pod, f.resources) {
+		// The devices being freed are the preempting pod's until it has
+		// had its answer: another pod asking for them waits, unallocated.
+		return w.holding(f, attrs.Pod)
+	}
 	refused := w.inner.Admit(ctx, attrs)
-	if refused.Admit || attrs.Operation != lifecycle.AddOperation || !kubetypes.IsCriticalPod(attrs.Pod) {
+	if own {
+		if !ended {
+			// Held until the kills end, even when allocated meanwhile
+			// (others freed devices): the predicate after this handler
+			// would weigh victims still terminating, and preempt them
+			// again on the sync loop. The device manager keeps what it
+			// allocated for the pod, active while held.
+			return w.holding(f, attrs.Pod)
+		}
+		w.flight = nil
+		return w.answer(logger, f, freed, refused)
+	}
+	if refused.Admit || !kubetypes.IsCriticalPod(attrs.Pod) {
 		return refused
 	}
 	count := planning.DeviceCountRefusal(refused.Message)
@@ -142,7 +201,6 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		// upstream.
 		return refused
 	}
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
 	short, held, err := w.shortages(logger, attrs)
 	if err != nil {
 		logger.Info("Not preempting for devices: the pod's device request cannot be allocated as it is", "err", err)
@@ -164,6 +222,11 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		// alignment: not one preemption answers.
 		return refused
 	}
+	if f != nil {
+		// One preemption at a time, so two never choose the same pods: it
+		// weighs the node once the other has been answered.
+		return w.holding(f, attrs.Pod)
+	}
 	reasons, ok := w.withNativeShortfall(ctx, attrs, short)
 	if !ok {
 		logger.Info("Not preempting for devices: the admission predicate refuses the pod for reasons preemption cannot fix")
@@ -171,29 +234,113 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 		return refused
 	}
 	logger.Info("Critical pod refused for devices; preempting their holders", "shortfall", critletDescribe(reasons))
-	left, err := w.preempt.HandleDeviceShortfall(ctx, attrs.Pod, reasons, attrs.Operation, held)
+	f = &critletFlight{pod: attrs.Pod, started: time.Now()}
+	for _, s := range short {
+		f.resources = append(f.resources, v1.ResourceName(s.Resource))
+	}
+	n, left, err := w.preempt.PreemptForDevices(w.ctx, attrs.Pod, reasons, held, w.stuck, func(freed bool, failed []types.UID) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		f.ended, f.freed = true, freed
+		w.failed = append(w.failed, failed...)
+	})
 	if err != nil || len(left) > 0 {
 		logger.Info("No set of pods frees enough devices; refusing as upstream", "err", err, "left", critletDescribe(left))
 		critletmetrics.DevicePreemptions.WithLabelValues("no_victims").Inc()
 		return refused
 	}
-	gone := w.dropInactive(attrs)
-	if err := w.waitFreed(ctx, logger, gone); err != nil {
-		logger.Error(err, "Preempted pods' devices were not freed; refusing as upstream")
+	f.victims = n
+	w.flight = f
+	return w.holding(f, attrs.Pod)
+}
+
+// stuck reports a victim of an earlier device preemption whose kill
+// failed, while it is still active: killed again, it would free nothing
+// sooner. The list forgets pods no longer active as it is read.
+func (w *critletDevicePreemption) stuck(uid types.UID) bool {
+	w.mu.Lock()
+	failed := slices.Clone(w.failed)
+	w.mu.Unlock()
+	if len(failed) == 0 {
+		return false
+	}
+	active := sets.New[types.UID]()
+	for _, p := range w.activePods() {
+		active.Insert(p.UID)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failed = slices.DeleteFunc(w.failed, func(u types.UID) bool { return !active.Has(u) })
+	return slices.Contains(w.failed, uid) && active.Has(uid)
+}
+
+// critletRequestsAny reports whether any container of pod asks for one of
+// resources.
+func critletRequestsAny(pod *v1.Pod, resources []v1.ResourceName) bool {
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, r := range resources {
+				if _, ok := c.Resources.Limits[r]; ok {
+					return true
+				}
+				if _, ok := c.Resources.Requests[r]; ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// current returns the preemption in flight, whether its kills ended and
+// whether they freed the shortfall.
+func (w *critletDevicePreemption) current() (f *critletFlight, ended, freed bool) {
+	if w.flight == nil {
+		return nil, false, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.flight, w.flight.ended, w.flight.freed
+}
+
+// active reports whether pod uid is active (held pods are).
+func (w *critletDevicePreemption) active(uid types.UID) bool {
+	return slices.ContainsFunc(w.activePods(), func(p *v1.Pod) bool { return p.UID == uid })
+}
+
+// holding is the refusal that has the kubelet hold pod while f's victims
+// terminate.
+func (w *critletDevicePreemption) holding(f *critletFlight, pod *v1.Pod) lifecycle.PodAdmitResult {
+	pods := fmt.Sprintf("the %d pods", f.victims)
+	if f.victims == 1 {
+		pods = "the pod"
+	}
+	msg := fmt.Sprintf("Waiting for %s preempted for its devices to terminate", pods)
+	if f.pod.UID != pod.UID {
+		msg = fmt.Sprintf("Waiting for %s preempted for the devices of %s to terminate", pods, klog.KObj(f.pod))
+	}
+	return lifecycle.PodAdmitResult{Reason: CritletReasonPreemptingForDevices, Message: msg}
+}
+
+// answer is the held pod's admission once f's kills have ended: res,
+// allocated with the victims' devices, or upstream's refusal.
+func (w *critletDevicePreemption) answer(logger klog.Logger, f *critletFlight, freed bool, res lifecycle.PodAdmitResult) lifecycle.PodAdmitResult {
+	waited := time.Since(f.started).Round(time.Millisecond)
+	switch {
+	case res.Admit:
+		logger.Info("Critical pod admitted after its device preemption", "victims", f.victims, "waited", waited)
+		critletmetrics.DevicePreemptions.WithLabelValues("admitted").Inc()
+	case !freed:
+		logger.Info("Preempted pods did not all terminate; refusing as upstream", "victims", f.victims, "waited", waited, "reason", res.Reason, "message", res.Message)
 		critletmetrics.DevicePreemptions.WithLabelValues("not_freed").Inc()
-		return refused
-	}
-	again := w.inner.Admit(ctx, attrs)
-	if !again.Admit {
-		// Enough devices were free: something took them or refused
-		// for another reason meanwhile (on the node configurations
-		// preemption runs on, no alignment refuses them).
-		logger.Info("Critical pod refused again after its device preemption", "reason", again.Reason, "message", again.Message)
+	default:
+		// Enough devices were freed: something took them or refused for
+		// another reason meanwhile (on the node configurations preemption
+		// runs on, no alignment refuses them).
+		logger.Info("Critical pod refused again after its device preemption", "reason", res.Reason, "message", res.Message, "waited", waited)
 		critletmetrics.DevicePreemptions.WithLabelValues("refused").Inc()
-		return again
 	}
-	critletmetrics.DevicePreemptions.WithLabelValues("admitted").Inc()
-	return again
+	return res
 }
 
 // shortages is what the device manager lacks to allocate attrs.Pod, by
@@ -289,64 +436,6 @@ func (w *critletDevicePreemption) withNativeShortfall(ctx context.Context, attrs
 		}
 	}
 	return planning.DeviceShortfall(capture.reasons, short), true
-}
-
-// dropInactive takes the pods no longer active (the victims just killed)
-// out of attrs.OtherPods, so the handlers after this one weigh the room
-// they left, and returns them.
-func (w *critletDevicePreemption) dropInactive(attrs *lifecycle.PodAdmitAttributes) []*v1.Pod {
-	active := map[types.UID]bool{}
-	for _, p := range w.activePods() {
-		active[p.UID] = true
-	}
-	kept := make([]*v1.Pod, 0, len(attrs.OtherPods))
-	var gone []*v1.Pod
-	for _, p := range attrs.OtherPods {
-		if active[p.UID] {
-			kept = append(kept, p)
-		} else {
-			gone = append(gone, p)
-		}
-	}
-	// A new slice: the caller's may be shared.
-	attrs.OtherPods = kept
-	return gone
-}
-
-// waitFreed has the device manager free the devices of pods gone, and
-// waits until none of them holds any, for at most w.wait.
-func (w *critletDevicePreemption) waitFreed(ctx context.Context, logger klog.Logger, gone []*v1.Pod) error {
-	deadline := time.Now().Add(w.wait)
-	for {
-		w.devices.UpdateAllocatedDevices(logger)
-		holding := critletStillHolding(w.devices, gone)
-		if len(holding) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s the device manager still holds devices for %v (it frees them only once all pod sources are ready)", w.wait, holding)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the devices of %v: %w", holding, ctx.Err())
-		case <-time.After(w.poll):
-		}
-	}
-}
-
-// critletStillHolding lists the pods of pods the device manager still
-// holds devices for.
-func critletStillHolding(devices podresources.DevicesProvider, pods []*v1.Pod) []string {
-	var out []string
-	for _, p := range pods {
-		for _, name := range critletContainerNames(p) {
-			if len(devices.GetDevices(string(p.UID), name)) > 0 {
-				out = append(out, klog.KObj(p).String())
-				break
-			}
-		}
-	}
-	return out
 }
 
 // critletDeviceIDs groups device IDs by resource, each once: the device

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -30,7 +29,10 @@ import (
 	"github.com/critlet/critlet/pkg/settings"
 )
 
-const critletGPU = "example.com/gpu"
+const (
+	critletGPU = "example.com/gpu"
+	critletNIC = "example.com/nic"
+)
 
 // critletDeviceNode is a device manager and the pods around it: which
 // device each pod's container holds, which pods are active, and an
@@ -41,9 +43,6 @@ type critletDeviceNode struct {
 	holds    map[types.UID]map[string][]string // pod → container → device IDs
 	active   map[types.UID]bool
 	freeable bool // whether UpdateAllocatedDevices frees inactive pods'
-	// lag is how many calls of UpdateAllocatedDevices pass before one
-	// frees: the kubelet's bookkeeping catching up.
-	lag int
 	// refuseAgain makes the second allocation fail (another pod took the
 	// freed devices meanwhile).
 	refuseAgain bool
@@ -54,6 +53,9 @@ type critletDeviceNode struct {
 	// numaNodes lists each device this many times, as the device manager
 	// lists a device on several NUMA nodes once per node (0 means once).
 	numaNodes int
+	// nicHolder, when set, holds the node's one NIC, n0, in its container
+	// c (a second resource).
+	nicHolder types.UID
 }
 
 // critletCountRefusal is the device manager's refusal for too few free
@@ -76,15 +78,21 @@ func (n *critletDeviceNode) GetAllocatableDevices(klog.Logger) []*podresourcesap
 			out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletGPU, DeviceIds: []string{id}})
 		}
 	}
+	if n.nicHolder != "" {
+		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletNIC, DeviceIds: []string{"n0"}})
+	}
 	return out
 }
 
 func (n *critletDeviceNode) GetDevices(podUID, container string) []*podresourcesapi.ContainerDevices {
+	var out []*podresourcesapi.ContainerDevices
+	if n.nicHolder != "" && types.UID(podUID) == n.nicHolder && container == "c" {
+		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletNIC, DeviceIds: []string{"n0"}})
+	}
 	ids := n.holds[types.UID(podUID)][container]
 	if len(ids) == 0 {
-		return nil
+		return out
 	}
-	var out []*podresourcesapi.ContainerDevices
 	for range max(n.numaNodes, 1) {
 		out = append(out, &podresourcesapi.ContainerDevices{ResourceName: critletGPU, DeviceIds: ids})
 	}
@@ -93,10 +101,6 @@ func (n *critletDeviceNode) GetDevices(podUID, container string) []*podresources
 
 func (n *critletDeviceNode) UpdateAllocatedDevices(klog.Logger) {
 	if !n.freeable {
-		return
-	}
-	if n.lag > 0 {
-		n.lag--
 		return
 	}
 	for uid := range n.holds {
@@ -124,10 +128,17 @@ func (n *critletDeviceNode) free() []string {
 
 func (n *critletDeviceNode) Admit(_ context.Context, attrs *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
 	n.allocations++
+	// The device manager frees the devices of pods no longer active before
+	// it allocates.
+	n.UpdateAllocatedDevices(klog.Background())
 	if n.refuseWith != nil {
 		return *n.refuseWith
 	}
 	c := attrs.Pod.Spec.Containers[0]
+	if _, nic := c.Resources.Limits[critletNIC]; nic && n.nicHolder != "" && n.active[n.nicHolder] {
+		return lifecycle.PodAdmitResult{Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable for " +
+			critletNIC + ". Requested: 1, Available: 0, which is unexpected"}
+	}
 	q := c.Resources.Limits[critletGPU]
 	want := int(q.Value())
 	free := n.free()
@@ -157,28 +168,48 @@ func (n *critletDeviceNode) activePods(pods []*v1.Pod) func() []*v1.Pod {
 }
 
 // critletKiller stands for the critical-pod handler: it records the
-// shortfall and the devices held it is given, and kills the pods it was
-// told to choose.
+// shortfall, the devices held and the exclusion it is given, and starts the
+// kills of the pods it was told to choose (the excluded passed over); end
+// ends them.
 type critletKiller struct {
 	node    *critletDeviceNode
 	choose  []types.UID
 	err     error
 	got     []lifecycle.PredicateFailureReason
 	held    planning.HeldDevices
+	exclude func(types.UID) bool
 	calls   int
 	leftout []lifecycle.PredicateFailureReason
+	done    func(bool, []types.UID)
+	chosen  []types.UID
 }
 
-func (k *critletKiller) HandleDeviceShortfall(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, _ lifecycle.Operation, held planning.HeldDevices) ([]lifecycle.PredicateFailureReason, error) {
+func (k *critletKiller) PreemptForDevices(_ context.Context, _ *v1.Pod, reasons []lifecycle.PredicateFailureReason, held planning.HeldDevices,
+	exclude func(types.UID) bool, done func(bool, []types.UID)) (int, []lifecycle.PredicateFailureReason, error) {
 	k.calls++
-	k.got, k.held = reasons, held
+	k.got, k.held, k.exclude = reasons, held, exclude
 	if k.err != nil {
-		return reasons, k.err
+		return 0, reasons, k.err
 	}
-	for _, uid := range k.choose {
-		k.node.active[uid] = false
+	if len(k.leftout) > 0 {
+		return 0, k.leftout, nil
 	}
-	return k.leftout, nil
+	k.chosen = slices.DeleteFunc(slices.Clone(k.choose), exclude)
+	k.done = done
+	return len(k.chosen), nil, nil
+}
+
+// end ends the kills: the chosen pods terminated (no longer active) when
+// freed, all failed (still running) otherwise.
+func (k *critletKiller) end(freed bool) {
+	if freed {
+		for _, uid := range k.chosen {
+			k.node.active[uid] = false
+		}
+		k.done(true, nil)
+		return
+	}
+	k.done(false, k.chosen)
 }
 
 func critletPod(name string, cpu string, gpus int64, priority int32) *v1.Pod {
@@ -210,6 +241,8 @@ func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *
 		n.active[p.UID] = true
 	}
 	critical := critletPod("critical", criticalCPU, 2, 2000001000)
+	// Being admitted, it is in the pod manager: active for the kubelet.
+	n.active[critical.UID] = true
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
 		v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110"),
 		critletGPU: resource.MustParse("4"),
@@ -225,13 +258,33 @@ func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *
 		preempt:    k,
 		managers:   critletDefaultManagers,
 		recorder:   record.NewFakeRecorder(10),
-		activePods: n.activePods(pods),
-		// Far beyond the few polls a lagging device manager needs, so a busy
-		// machine cannot make the wait run out.
-		wait: 10 * time.Second,
-		poll: 10 * time.Millisecond,
+		activePods: n.activePods(append(slices.Clone(pods), critical)),
+		ctx:        context.Background(),
 	}
 	return n, pods, critical, k, w
+}
+
+// critletPreempted admits attrs.Pod through w as the kubelet does with the
+// setting on: refused and held while the victims terminate (tried again
+// meanwhile, still held, nothing preempted again), then, the kills ended
+// (freed or not), admitted again with the pods active then; it returns
+// that admission. A first refusal of another kind is returned as it is.
+func critletPreempted(t *testing.T, w *critletDevicePreemption, k *critletKiller, attrs *lifecycle.PodAdmitAttributes, pods []*v1.Pod, freed bool) lifecycle.PodAdmitResult {
+	t.Helper()
+	ctx := context.Background()
+	first := w.Admit(ctx, attrs)
+	if first.Reason != CritletReasonPreemptingForDevices {
+		return first
+	}
+	if first.Admit || k.done == nil {
+		t.Fatalf("held (%+v) with no kills begun", first)
+	}
+	calls := k.calls
+	if again := w.Admit(ctx, critletAdd(attrs.Pod, k.node.activePods(pods)())); again.Reason != CritletReasonPreemptingForDevices || k.calls != calls {
+		t.Fatalf("tried again while the victims terminate: %+v after %d preemptions, want held after %d", again, k.calls, calls)
+	}
+	k.end(freed)
+	return w.Admit(ctx, critletAdd(attrs.Pod, k.node.activePods(pods)()))
 }
 
 func critletAdd(pod *v1.Pod, others []*v1.Pod) *lifecycle.PodAdmitAttributes {
@@ -252,12 +305,10 @@ func critletShortOf(t *testing.T, reasons []lifecycle.PredicateFailureReason) ma
 }
 
 func TestCritletDevicePreemptionAdmitsOnceTheVictimsDevicesAreFree(t *testing.T) {
-	ctx := context.Background()
 	n, pods, critical, k, w := critletSetup("500m")
 	k.choose = []types.UID{"b", "d"}
-	n.lag = 3
 	attrs := critletAdd(critical, pods)
-	res := w.Admit(ctx, attrs)
+	res := critletPreempted(t, w, k, attrs, pods, true)
 	if !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
@@ -268,15 +319,126 @@ func TestCritletDevicePreemptionAdmitsOnceTheVictimsDevicesAreFree(t *testing.T)
 	if got := n.holds[critical.UID]["c"]; !slices.Equal(got, []string{"d1", "d3"}) {
 		t.Errorf("critical pod got devices %v, want the victims' d1 d3", got)
 	}
-	var names []string
-	for _, p := range attrs.OtherPods {
-		names = append(names, p.Name)
+	if n.allocations != 3 {
+		t.Errorf("%d allocations, want the refused one, one while held and one after the kills", n.allocations)
 	}
-	if !slices.Equal(names, []string{"a", "c"}) {
-		t.Errorf("the handlers after this one see %v, want the victims gone: [a c]", names)
+	if w.flight != nil {
+		t.Error("the answered preemption is still in flight")
 	}
-	if n.allocations != 2 {
-		t.Errorf("%d allocations, want the refused one and one after the preemption", n.allocations)
+}
+
+// While one critical pod's victims terminate, another critical pod short
+// of devices is held too, preempting nothing (the pods are weighed once
+// they are gone); once the first is answered, the second preempts for
+// itself.
+func TestCritletDevicePreemptionOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("first critical pod: %+v, want held", res)
+	}
+	// Once admitted, the first holds its devices as an active pod.
+	pods = append(pods, critical)
+	second := critletPod("second", "500m", 2, 2000001000)
+	res := w.Admit(ctx, critletAdd(second, n.activePods(pods)()))
+	if res.Reason != CritletReasonPreemptingForDevices || !strings.Contains(res.Message, "default/critical") || k.calls != 1 {
+		t.Fatalf("second critical pod: %+v after %d preemptions, want held for the first's victims after 1", res, k.calls)
+	}
+	k.end(true)
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("first critical pod after its victims: %+v", res)
+	}
+	k.choose = []types.UID{"c", "d"}
+	k.done = nil
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 2 || k.done == nil {
+		t.Fatalf("second critical pod once the first was answered: %+v after %d preemptions, want its own", res, k.calls)
+	}
+}
+
+// A preemption whose pod is never tried again (deleted while held: no
+// longer active) is cleared by the next critical pod's admission once its
+// kills have ended.
+func TestCritletDevicePreemptionLeftOverIsCleared(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a"}
+	critical.Spec.Containers[0].Resources.Limits[critletGPU] = resource.MustParse("1")
+	critical.Spec.Containers[0].Resources.Requests[critletGPU] = resource.MustParse("1")
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	k.end(true)
+	n.active[critical.UID] = false // deleted while held, refused
+	other := critletPod("other", "500m", 1, 2000001000)
+	if res := w.Admit(ctx, critletAdd(other, n.activePods(pods)())); !res.Admit || w.flight != nil {
+		t.Fatalf("another critical pod once the kills ended: %+v (in flight: %v), want admitted on the freed device and nothing in flight", res, w.flight != nil)
+	}
+}
+
+// Until the preempting pod has had its answer, the devices freed are its:
+// it stays held while its victims terminate even when others free devices
+// (the predicate would weigh the victims still there), and another pod
+// asking for them, critical or not, is held unallocated; a pod asking for
+// none is admitted as upstream.
+func TestCritletDevicePreemptionKeepsTheFreedDevicesForItsPod(t *testing.T) {
+	critletmetrics.Register()
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	admitted := critletmetrics.DevicePreemptions.WithLabelValues("admitted")
+	before, _ := testutil.GetCounterMetricValue(admitted)
+	n.active["c"], n.active["d"] = false, false
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("devices freed by others while its victims terminate: %+v, want held", res)
+	}
+	allocations := n.allocations
+	plain := critletPod("plain", "100m", 1, 0)
+	if res := w.Admit(ctx, critletAdd(plain, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || n.allocations != allocations {
+		t.Fatalf("a pod asking for the devices: %+v after %d allocations, want held unallocated", res, n.allocations-allocations)
+	}
+	if res := w.Admit(ctx, critletAdd(critletPod("cpu-only", "100m", 0, 0), n.activePods(pods)())); !res.Admit {
+		t.Fatalf("a pod asking for no device: %+v, want admitted", res)
+	}
+	k.end(true)
+	if res := w.Admit(ctx, critletAdd(plain, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("a pod asking for the devices once the kills ended, before the preempting pod's answer: %+v, want held", res)
+	}
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("once the kills ended: %+v, want admitted", res)
+	}
+	if res := w.Admit(ctx, critletAdd(plain, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("a pod asking for the devices once the preempting pod was answered: %+v, want admitted on a free one", res)
+	}
+	if after, _ := testutil.GetCounterMetricValue(admitted); after != before+1 || k.calls != 1 {
+		t.Errorf("admitted counted %v then %v after %d preemptions, want once after one", before, after, k.calls)
+	}
+}
+
+// A victim whose kill failed, still there, is excluded from the next
+// device preemption: killed again it would free nothing sooner. Gone, it
+// is forgotten.
+func TestCritletDevicePreemptionPassesOverStuckVictims(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	if got := critletPreempted(t, w, k, critletAdd(critical, pods), pods, false); got.Admit {
+		t.Fatalf("admitted with its victims stuck: %+v", got)
+	}
+	second := critletPod("second", "500m", 2, 2000001000)
+	k.choose = []types.UID{"a", "c", "d"}
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 2 {
+		t.Fatalf("%+v after %d preemptions, want a second preemption", res, k.calls)
+	}
+	if !slices.Equal(k.chosen, []types.UID{"c", "d"}) || !k.exclude("a") || !k.exclude("b") || k.exclude("c") {
+		t.Errorf("chose %v, want the stuck a and b passed over", k.chosen)
+	}
+	n.active["a"] = false
+	if k.exclude("a") || !k.exclude("b") {
+		t.Error("a stuck victim gone is still passed over, or one still there no longer is")
 	}
 }
 
@@ -294,7 +456,7 @@ func TestCritletDevicePreemptionWhenThePredicateAdmits(t *testing.T) {
 	_, pods, critical, k, w := critletSetup("500m")
 	k.choose = []types.UID{"a", "b"}
 	w.probe = func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler { return critletAdmitAll{} }
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	if short := critletShortOf(t, k.got); k.calls != 1 || len(short) != 1 || short[critletGPU].Requested != 2 {
@@ -310,7 +472,7 @@ func TestCritletDevicePreemptionCountsInitContainersDevices(t *testing.T) {
 	a.Spec.InitContainers = []v1.Container{{Name: "init"}}
 	n.holds[a.UID] = map[string][]string{"init": {"d0"}}
 	k.choose = []types.UID{"a", "b"}
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	if gpu := critletShortOf(t, k.got)[critletGPU]; gpu.Used != 4 {
@@ -331,7 +493,7 @@ func TestCritletDevicePreemptionCountsInitContainersDevices(t *testing.T) {
 func TestCritletDevicePreemptionChoosesForDevicesAndCPUTogether(t *testing.T) {
 	_, pods, critical, k, w := critletSetup("5")
 	k.choose = []types.UID{"a", "b"}
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	short := critletShortOf(t, k.got)
@@ -365,7 +527,7 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 		{"the handler leaves a reason", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			k.leftout = []lifecycle.PredicateFailureReason{&lifecycle.PredicateFailureError{PredicateName: "x", PredicateDesc: "y"}}
 		}, 1, upstream, "no_victims"},
-		{"the victims' devices are never freed", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
+		{"the victims do not terminate", func(n *critletDeviceNode, k *critletKiller, _ **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			k.choose = []types.UID{"a", "b"}
 			n.freeable = false
 		}, 1, upstream, "not_freed"},
@@ -401,6 +563,7 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 		}, 0, upstream, ""},
 		{"a device request the device manager refuses (a held count changed)", func(n *critletDeviceNode, _ *critletKiller, pod **v1.Pod, _ *lifecycle.PodAdmitAttributes) {
 			n.holds[(*pod).UID] = map[string][]string{"c": {"d9"}}
+			n.active[(*pod).UID] = true
 		}, 0, upstream, ""},
 	}
 	for _, tc := range tests {
@@ -409,10 +572,6 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 			attrs := critletAdd(critical, pods)
 			tc.setup(n, k, &critical, attrs)
 			attrs.Pod = critical
-			if !n.freeable {
-				// Never freed: the wait's end is what is tested, not its length.
-				w.wait = 200 * time.Millisecond
-			}
 			counted := func() float64 {
 				v, err := testutil.GetCounterMetricValue(critletmetrics.DevicePreemptions.WithLabelValues(tc.result))
 				if err != nil {
@@ -424,7 +583,7 @@ func TestCritletDevicePreemptionRefusesAsUpstream(t *testing.T) {
 			if tc.result != "" {
 				before = counted()
 			}
-			got := w.Admit(context.Background(), attrs)
+			got := critletPreempted(t, w, k, attrs, pods, n.freeable)
 			if got != tc.want {
 				t.Errorf("Admit = %+v, want %+v", got, tc.want)
 			}
@@ -514,7 +673,7 @@ func TestCritletDevicePreemptionUnderStaticManagersForABurstablePod(t *testing.T
 	_, pods, critical, k, w := critletSetup("500m")
 	k.choose = []types.UID{"a", "b"}
 	w.managers = planning.NodeManagers{Topology: "best-effort", CPU: "static", Memory: "Static"}
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit || k.calls != 1 {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit || k.calls != 1 {
 		t.Fatalf("Admit = %+v after %d preemptions, want admitted after one", res, k.calls)
 	}
 }
@@ -558,7 +717,6 @@ func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
 // container that holds its devices keeps them). The native resources'
 // requests stand.
 func TestCritletDevicePreemptionCreditsHealthyHeldDevices(t *testing.T) {
-	ctx := context.Background()
 	n, pods, critical, k, w := critletSetup("500m")
 	n.numaNodes = 2
 	n.healthy = append(n.healthy, "d4")
@@ -570,9 +728,9 @@ func TestCritletDevicePreemptionCreditsHealthyHeldDevices(t *testing.T) {
 	n.holds[stale.UID] = map[string][]string{"c": {"gone"}}
 	n.active[stale.UID] = true
 	pods = append(pods, stale)
-	w.activePods = n.activePods(pods)
+	w.activePods = n.activePods(append(slices.Clone(pods), critical))
 	k.choose = []types.UID{"a", "b"}
-	if res := w.Admit(ctx, critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	if short := critletShortOf(t, k.got); short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 5, Capacity: 5}) {
@@ -604,12 +762,68 @@ func TestCritletDevicePreemptionCountsDevicesOfPodsNotAllocated(t *testing.T) {
 	held := critletPod("held", "1", 1, 0)
 	n.holds[held.UID] = map[string][]string{"c": {"d4"}}
 	n.active[held.UID] = true
-	w.activePods = n.activePods(append(slices.Clone(pods), held))
+	w.activePods = n.activePods(append(slices.Clone(pods), held, critical))
 	k.choose = []types.UID{"a", "b"}
-	if res := w.Admit(context.Background(), critletAdd(critical, pods)); !res.Admit {
+	if res := critletPreempted(t, w, k, critletAdd(critical, pods), pods, true); !res.Admit {
 		t.Fatalf("refused: %+v", res)
 	}
 	if short := critletShortOf(t, k.got); short[critletGPU] != (lifecycle.InsufficientResourceError{ResourceName: critletGPU, Requested: 2, Used: 5, Capacity: 5}) {
 		t.Fatalf("shortfall = %+v, want 2 devices of 5, the held pod's among those used", short)
+	}
+}
+
+// Once the kills have ended, another critical pod short of devices tried
+// before the preemption's own pod waits for that pod's answer: the freed
+// devices are its, and no second preemption kills more.
+func TestCritletDevicePreemptionEndedWaitsForItsPod(t *testing.T) {
+	critletmetrics.Register()
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	k.end(true)
+	admitted := critletmetrics.DevicePreemptions.WithLabelValues("admitted")
+	before, _ := testutil.GetCounterMetricValue(admitted)
+	second := critletPod("second", "500m", 2, 2000001000)
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 1 {
+		t.Fatalf("another critical pod before the preemption's own: %+v after %d preemptions, want held after 1", res, k.calls)
+	}
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("the preemption's own pod: %+v, want admitted on its victims' devices", res)
+	}
+	if after, _ := testutil.GetCounterMetricValue(admitted); after != before+1 || w.flight != nil {
+		t.Errorf("admitted counted %v then %v (in flight: %v), want once and nothing in flight", before, after, w.flight != nil)
+	}
+}
+
+// While one preemption is under way, a critical pod short of devices of
+// another resource waits too: one preemption at a time, so two never
+// choose the same pods (c holds a gpu and the nic).
+func TestCritletDevicePreemptionOneAtATimeAcrossResources(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	n.nicHolder = "c"
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	nicUser := critletPod("nic-user", "100m", 0, 2000001000)
+	one := resource.MustParse("1")
+	nicUser.Spec.Containers[0].Resources.Requests[critletNIC], nicUser.Spec.Containers[0].Resources.Limits[critletNIC] = one, one
+	if res := w.Admit(ctx, critletAdd(nicUser, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 1 {
+		t.Fatalf("a critical pod short of the nic during a gpu preemption: %+v after %d preemptions, want held after 1", res, k.calls)
+	}
+	k.end(true)
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit {
+		t.Fatalf("the gpu preemption's pod: %+v, want admitted", res)
+	}
+	k.choose = []types.UID{"c"}
+	if res := w.Admit(ctx, critletAdd(nicUser, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 2 {
+		t.Fatalf("the nic's pod once the gpu preemption was answered: %+v after %d preemptions, want its own", res, k.calls)
+	}
+	if short := critletShortOf(t, k.got); len(short) != 1 || short[critletNIC].Requested != 1 {
+		t.Errorf("nic preemption's shortfall %+v, want one nic", short)
 	}
 }

@@ -27,6 +27,15 @@ type admission struct {
 	// victims given up on included.
 	slots termination.Slots
 
+	// pods and cands are the candidates, as planning lists them.
+	pods  []*v1.Pod
+	cands []victims.Candidate
+	// selection is the time spent choosing, across rounds.
+	selection time.Duration
+	// held: the critical pod is held while the victims terminate
+	// (PreemptForDevices), not admitted once they have.
+	held bool
+
 	victims []*v1.Pod
 	failed  []failure
 	replans int
@@ -48,35 +57,53 @@ type failure struct {
 
 // admit frees reqs for admitPod. When no set of pods can cover reqs, or the
 // input is malformed, it kills nothing and returns an error. Otherwise it
-// terminates the chosen victims and, for those that fail to terminate,
-// chooses further victims for what is still missing, at most MaxReplans
-// times and never once ctx is done; then the pod is admitted, as the stock
-// kubelet admits it after failed kills. held, when not nil (a device
+// terminates the chosen victims (run) and the pod is admitted, as the
+// stock kubelet admits it after failed kills. held, when not nil (a device
 // shortfall), credits pods with the devices they hold
 // (planning.CandidatesHolding) and breaks ties for the fewest victims
 // (victims.SelectFewest).
 func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time, admitPod *v1.Pod, reqs []victims.Requirement, held planning.HeldDevices) error {
-	policy := string(c.opts.Policy)
-	pods, cands, err := planning.CandidatesHolding(admitPod, c.getPodsFunc(), reqs, held)
+	a, plan, err := c.plan(ctx, admitPod, c.getPodsFunc(), reqs, held)
 	if err != nil {
-		return c.refuse(admitPod, err)
+		return err
+	}
+	a.run(ctx, start, plan)
+	return nil
+}
+
+// plan chooses the first round's victims among pods for reqs, or returns
+// the refusal when none can cover them. It kills nothing.
+func (c *CriticalPodAdmissionHandler) plan(ctx context.Context, admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement, held planning.HeldDevices) (*admission, []int, error) {
+	pods, cands, err := planning.CandidatesHolding(admitPod, pods, reqs, held)
+	if err != nil {
+		return nil, nil, c.refuse(admitPod, err)
 	}
 	a := &admission{handler: c, logger: klog.FromContext(ctx), admitPod: admitPod, reqs: reqs,
-		slots: termination.NewSlots(c.opts.Parallelism), fewest: held != nil}
+		slots: termination.NewSlots(c.opts.Parallelism), fewest: held != nil, pods: pods, cands: cands}
 	selecting := time.Now()
 	plan, err := a.resumeOrSelect(pods, cands)
-	selection := time.Since(selecting)
+	a.selection = time.Since(selecting)
 	if err != nil {
-		critletmetrics.SelectionDuration.WithLabelValues(policy).Observe(selection.Seconds())
-		return c.refuse(admitPod, err)
+		critletmetrics.SelectionDuration.WithLabelValues(string(c.opts.Policy)).Observe(a.selection.Seconds())
+		return nil, nil, c.refuse(admitPod, err)
 	}
-
 	if len(reqs) > 0 {
 		a.signal = reqs[0].Resource
 	}
 	if a.logger.V(2).Enabled() {
 		a.need = victims.FormatRequirements(reqs)
 	}
+	return a, plan, nil
+}
+
+// run terminates the victims of plan and, for those that fail to
+// terminate, chooses further victims for what is still missing, at most
+// MaxReplans times and never once ctx is done. It reports whether the
+// victims terminated free all of a.reqs.
+func (a *admission) run(ctx context.Context, start time.Time, plan []int) bool {
+	c := a.handler
+	policy := string(c.opts.Policy)
+	pods, cands, reqs := a.pods, a.cands, a.reqs
 	var freed []int
 	tried := make([]bool, len(cands))
 	rest := reqs
@@ -103,16 +130,16 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 		// Choose further victims for what the failed ones did not free, never
 		// a pod already tried in this admission.
 		untried, sub := untriedCandidates(cands, tried)
-		selecting = time.Now()
+		selecting := time.Now()
 		next, err := a.choose(c.opts.Policy, rest, sub)
-		selection += time.Since(selecting)
+		a.selection += time.Since(selecting)
 		if err != nil {
-			a.logger.Info("Cannot re-plan critical-pod preemption", "requestingPod", klog.KObj(admitPod), "err", err)
+			a.logger.Info("Cannot re-plan critical-pod preemption", "requestingPod", klog.KObj(a.admitPod), "err", err)
 			break
 		}
 		critletmetrics.Replans.WithLabelValues(policy).Inc()
 		a.replans++
-		a.logger.Info("Re-planning critical-pod preemption after failed terminations", "requestingPod", klog.KObj(admitPod),
+		a.logger.Info("Re-planning critical-pod preemption after failed terminations", "requestingPod", klog.KObj(a.admitPod),
 			"failed", len(a.failed), "shortfall", victims.FormatRequirements(rest), "round", round+1)
 		plan = plan[:0]
 		for _, k := range next {
@@ -120,12 +147,12 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 		}
 	}
 	a.finish(ctx, rest)
-	critletmetrics.SelectionDuration.WithLabelValues(policy).Observe(selection.Seconds())
+	critletmetrics.SelectionDuration.WithLabelValues(policy).Observe(a.selection.Seconds())
 	critletmetrics.VictimsPerAdmission.WithLabelValues(policy).Observe(float64(len(a.victims)))
 	elapsed := time.Since(start)
 	critletmetrics.AdmissionDuration.WithLabelValues(policy).Observe(elapsed.Seconds())
 	a.report(rest, elapsed)
-	return nil
+	return victims.Met(rest)
 }
 
 // untriedCandidates returns the candidates not yet tried, and their indexes

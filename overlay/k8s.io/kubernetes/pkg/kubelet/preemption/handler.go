@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -86,20 +87,48 @@ func (c *CriticalPodAdmissionHandler) HandleAdmissionFailure(ctx context.Context
 	return nil, c.admit(ctx, start, admitPod, reqs, nil)
 }
 
-// HandleDeviceShortfall is HandleAdmissionFailure for the
+// PreemptForDevices is HandleAdmissionFailure for the
 // critical-device-preemption patch, whose reasons include the device
-// manager's shortfall: each pod is credited with the devices held counts
-// for it, not its request, for the resources held counts.
-func (c *CriticalPodAdmissionHandler) HandleDeviceShortfall(ctx context.Context, admitPod *v1.Pod, failureReasons []lifecycle.PredicateFailureReason, operation lifecycle.Operation, held planning.HeldDevices) ([]lifecycle.PredicateFailureReason, error) {
-	if !kubetypes.IsCriticalPod(admitPod) || operation != lifecycle.AddOperation {
-		return failureReasons, nil
+// manager's shortfall, without the wait: it chooses the victims on the
+// caller's goroutine (the sync loop) and returns how many, or the reasons
+// that still stand and the refusal when no set of pods covers them; the
+// kills, and the re-planned rounds for kills that fail, run on their own
+// goroutine, which calls done once every round has ended, with whether
+// the victims terminated cover the shortfall and the victims whose kills
+// failed. Meanwhile the kubelet holds the critical pod. Each pod is
+// credited with the devices held counts for it, not its request, for the
+// resources held counts; a pod exclude reports (an earlier victim still
+// stuck terminating) is no candidate.
+func (c *CriticalPodAdmissionHandler) PreemptForDevices(ctx context.Context, admitPod *v1.Pod, failureReasons []lifecycle.PredicateFailureReason, held planning.HeldDevices,
+	exclude func(types.UID) bool, done func(freed bool, failed []types.UID)) (int, []lifecycle.PredicateFailureReason, error) {
+	if !kubetypes.IsCriticalPod(admitPod) {
+		return 0, failureReasons, nil
 	}
 	start := time.Now()
 	reqs, other := planning.Shortfall(failureReasons)
 	if len(other) > 0 {
-		return other, nil
+		return 0, other, nil
 	}
-	return nil, c.admit(ctx, start, admitPod, reqs, held)
+	var pods []*v1.Pod
+	for _, p := range c.getPodsFunc() {
+		if !exclude(p.UID) {
+			pods = append(pods, p)
+		}
+	}
+	a, plan, err := c.plan(ctx, admitPod, pods, reqs, held)
+	if err != nil {
+		return 0, nil, err
+	}
+	a.held = true
+	go func() {
+		freed := a.run(ctx, start, plan)
+		failed := make([]types.UID, len(a.failed))
+		for i, f := range a.failed {
+			failed[i] = f.pod.UID
+		}
+		done(freed, failed)
+	}()
+	return len(plan), nil, nil
 }
 
 // refuse records why admitPod cannot be admitted and returns the error the

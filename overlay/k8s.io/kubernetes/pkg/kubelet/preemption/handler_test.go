@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
+	"github.com/critlet/critlet/pkg/planning"
 	"github.com/critlet/critlet/pkg/settings"
 )
 
@@ -363,9 +365,8 @@ func TestHandleDeviceShortfallWeighsHeldDevices(t *testing.T) {
 	} {
 		k := &recordingKill{}
 		h := newHandler(func() []*v1.Pod { return pods }, k.kill, record.NewFakeRecorder(10), settings.Upstream())
-		left, err := h.HandleDeviceShortfall(context.Background(), critical, reasons, lifecycle.AddOperation, c.held)
-		if err != nil || len(left) != 0 {
-			t.Fatalf("%s: left %v, err %v", c.name, left, err)
+		if _, freed := preemptForDevices(t, h, critical, reasons, c.held, nil); !freed {
+			t.Fatalf("%s: the victims did not free the shortfall", c.name)
 		}
 		if got := k.names(); !slices.Equal(got, c.want) {
 			t.Errorf("weighed by %s: killed %v, want %v", c.name, got, c.want)
@@ -397,13 +398,11 @@ func TestHandleDeviceShortfallBreaksTiesForFewestVictims(t *testing.T) {
 	run := func(device bool) []string {
 		k := &recordingKill{}
 		h := newHandler(func() []*v1.Pod { return pods }, k.kill, record.NewFakeRecorder(10), settings.Upstream())
-		var err error
 		if device {
-			_, err = h.HandleDeviceShortfall(context.Background(), clusterCritPod, reasons, lifecycle.AddOperation, byRequest)
-		} else {
-			_, err = h.HandleAdmissionFailure(context.Background(), clusterCritPod, reasons, lifecycle.AddOperation)
+			preemptForDevices(t, h, clusterCritPod, reasons, byRequest, nil)
+			return k.names()
 		}
-		if err != nil {
+		if _, err := h.HandleAdmissionFailure(context.Background(), clusterCritPod, reasons, lifecycle.AddOperation); err != nil {
 			t.Fatal(err)
 		}
 		return k.names()
@@ -413,5 +412,127 @@ func TestHandleDeviceShortfallBreaksTiesForFewestVictims(t *testing.T) {
 	}
 	if got := run(true); !slices.Equal(got, []string{"both"}) {
 		t.Errorf("for a device shortfall killed %v, want [both] alone", got)
+	}
+}
+
+// preemptForDevices runs h.PreemptForDevices and waits for its kills to
+// end; it returns how many victims were chosen and whether they freed the
+// shortfall. exclude nil excludes no pod.
+func preemptForDevices(t *testing.T, h *CriticalPodAdmissionHandler, pod *v1.Pod, reasons []lifecycle.PredicateFailureReason, held planning.HeldDevices, exclude func(k8stypes.UID) bool) (int, bool) {
+	t.Helper()
+	if exclude == nil {
+		exclude = func(k8stypes.UID) bool { return false }
+	}
+	ended := make(chan bool, 1)
+	n, left, err := h.PreemptForDevices(context.Background(), pod, reasons, held, exclude, func(freed bool, _ []k8stypes.UID) { ended <- freed })
+	if err != nil || len(left) != 0 {
+		t.Fatalf("left %v, err %v", left, err)
+	}
+	select {
+	case freed := <-ended:
+		return n, freed
+	case <-time.After(time.Minute):
+		t.Fatal("the kills never ended")
+		return n, false
+	}
+}
+
+// The victims are chosen before PreemptForDevices returns, and killed
+// after: it returns while a kill is still under way, and done reports the
+// end. A pod excluded (a victim stuck terminating) is not chosen again;
+// the critical pod's event says its admission follows.
+func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
+	const gpu = v1.ResourceName("example.com/gpu")
+	withGPU := func(p *v1.Pod) *v1.Pod {
+		p = p.DeepCopy()
+		p.Spec.Containers[0].Resources.Requests[gpu] = resource.MustParse("1")
+		return p
+	}
+	stuck, holder := withGPU(smallBurstable), withGPU(largeBurstable)
+	release := make(chan struct{})
+	k := &recordingKill{also: func(*v1.Pod) error { <-release; return nil }}
+	events := record.NewFakeRecorder(10)
+	h := newHandler(func() []*v1.Pod { return []*v1.Pod{stuck, holder} }, k.kill, events, settings.Upstream())
+	ended := make(chan bool, 1)
+	exclude := func(uid k8stypes.UID) bool { return uid == stuck.UID }
+	n, left, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil, exclude,
+		func(freed bool, _ []k8stypes.UID) { ended <- freed })
+	if err != nil || len(left) != 0 || n != 1 {
+		t.Fatalf("chose %d victims, left %v, err %v; want one", n, left, err)
+	}
+	select {
+	case <-ended:
+		t.Fatal("done was called before the kill ended")
+	default:
+	}
+	close(release)
+	select {
+	case freed := <-ended:
+		if !freed {
+			t.Error("done reports the shortfall not freed")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the kill ended, done was never called")
+	}
+	if got := k.names(); !slices.Equal(got, []string{holder.Name}) {
+		t.Errorf("killed %v, want only %s: %s is excluded", got, holder.Name, stuck.Name)
+	}
+	var last string
+	for len(events.Events) > 0 {
+		last = <-events.Events
+	}
+	if !strings.Contains(last, reasonPreempted) || !strings.HasSuffix(last, "; admission follows") {
+		t.Errorf("last event %q, want %s saying admission follows", last, reasonPreempted)
+	}
+	// With every holder excluded, nothing is chosen: refused.
+	if _, _, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil,
+		func(k8stypes.UID) bool { return true }, func(bool, []k8stypes.UID) { t.Error("done called for a refusal") }); err == nil {
+		t.Error("every holder excluded: not refused")
+	}
+}
+
+// done reports whether the victims that terminated freed the shortfall,
+// and which kills failed: a victim whose kill fails (no re-planning)
+// leaves it short.
+func TestPreemptForDevicesReportsAFailedKill(t *testing.T) {
+	const gpu = v1.ResourceName("example.com/gpu")
+	withGPU := func(p *v1.Pod) *v1.Pod {
+		p = p.DeepCopy()
+		p.Spec.Containers[0].Resources.Requests[gpu] = resource.MustParse("1")
+		return p
+	}
+	a, b := withGPU(smallBurstable), withGPU(largeBurstable)
+	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 2)}
+	for _, c := range []struct {
+		name   string
+		fail   *v1.Pod
+		freed  bool
+		failed []k8stypes.UID
+	}{{"both stop", nil, true, nil}, {"one fails", a, false, []k8stypes.UID{a.UID}}} {
+		k := &recordingKill{also: func(p *v1.Pod) error {
+			if c.fail != nil && p.Name == c.fail.Name {
+				return errors.New("timeout waiting to kill pod")
+			}
+			return nil
+		}}
+		h := newHandler(func() []*v1.Pod { return []*v1.Pod{a, b} }, k.kill, record.NewFakeRecorder(10), settings.Upstream())
+		type result struct {
+			freed  bool
+			failed []k8stypes.UID
+		}
+		ended := make(chan result, 1)
+		n, _, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), reasons, nil, func(k8stypes.UID) bool { return false },
+			func(freed bool, failed []k8stypes.UID) { ended <- result{freed, failed} })
+		if err != nil || n != 2 {
+			t.Fatalf("%s: %d victims, err %v; want 2", c.name, n, err)
+		}
+		select {
+		case got := <-ended:
+			if got.freed != c.freed || !slices.Equal(got.failed, c.failed) {
+				t.Errorf("%s: done(%v, %v), want done(%v, %v)", c.name, got.freed, got.failed, c.freed, c.failed)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: done never called", c.name)
+		}
 	}
 }

@@ -31,16 +31,21 @@ func (a *admission) report(rest []victims.Requirement, elapsed time.Duration) {
 	}
 	took := elapsed.Round(time.Millisecond)
 	what := fmt.Sprintf("preempted %s to free %s (policy %s) in %s", podList(a.victims), describe(a.reqs), c.opts.Policy, took)
+	// A held pod is admitted after this, through every admit handler.
+	admitted, then := "Admitted", ""
+	if a.held {
+		admitted, then = "Done", "; admission follows"
+	}
 	switch {
 	case !victims.Met(rest):
 		c.recorder.Eventf(a.admitPod, v1.EventTypeWarning, reasonPreemptionIncomplete,
-			"Admitted with %s still missing after %d re-planning rounds: %s; %d failed to terminate: %s",
-			describe(rest), a.replans, what, len(a.failed), failureList(a.failed))
+			"%s with %s still missing after %d re-planning rounds: %s; %d failed to terminate: %s%s",
+			admitted, describe(rest), a.replans, what, len(a.failed), failureList(a.failed), then)
 	case len(a.failed) > 0:
 		c.recorder.Eventf(a.admitPod, v1.EventTypeWarning, reasonPreemptionReplanned,
-			"Re-planned %d times: %s; %d failed to terminate: %s", a.replans, what, len(a.failed), failureList(a.failed))
+			"Re-planned %d times: %s; %d failed to terminate: %s%s", a.replans, what, len(a.failed), failureList(a.failed), then)
 	default:
-		c.recorder.Eventf(a.admitPod, v1.EventTypeNormal, reasonPreempted, "Admitted: %s", what)
+		c.recorder.Eventf(a.admitPod, v1.EventTypeNormal, reasonPreempted, "%s: %s%s", admitted, what, then)
 	}
 }
 
