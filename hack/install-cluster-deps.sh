@@ -2,8 +2,10 @@
 # Installs what the cluster's machines are made with, from Debian's
 # packages: systemd-nspawn (systemd-container, of the exact version of the
 # host's libsystemd-shared, which it links against: a newer candidate would
-# pull a newer systemd onto the host), mmdebstrap (the machines' root), and
-# busybox-static (the workload image). Does nothing when all are present.
+# pull a newer systemd onto the host), mmdebstrap (the machines' root),
+# busybox-static (the workload image), and util-linux, iproute2 and procps
+# for the machines' network namespaces. Does nothing when all are present
+# (critlet-cluster up checks for each, internal/cluster/preflight.go).
 set -euo pipefail
 
 need=()
@@ -21,6 +23,7 @@ if [[ ! -x /bin/busybox || $(LC_ALL=C ldd /bin/busybox 2>&1 || true) != *'not a 
 fi
 command -v unshare >/dev/null && command -v nsenter >/dev/null || need+=(util-linux)
 command -v ip >/dev/null || need+=(iproute2)
+command -v sysctl >/dev/null || need+=(procps)
 ((${#need[@]})) || exit 0
 source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 apt::install install-cluster-deps "${need[@]}"

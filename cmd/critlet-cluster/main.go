@@ -72,6 +72,10 @@ func run(args []string) error {
 		}
 		_, err = c.Up(ctx, cluster.Inputs{Repo: repo, BinDir: *bin, PackageDir: *packages, ImageCache: *cache}, nodes,
 			func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) })
+		var refused *cluster.HostError
+		if errors.As(err, &refused) {
+			return err // refused before anything was made
+		}
 		if err != nil {
 			return fmt.Errorf("%w\n(what was made is recorded in %s; critlet-cluster down removes it)", err, *state)
 		}

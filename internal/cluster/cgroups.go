@@ -36,6 +36,40 @@ func hierarchies() ([]hierarchy, error) {
 	return parseHierarchies(string(procCgroup), string(mountinfo))
 }
 
+// cgroupMount is a cgroup hierarchy's mount, from a line of mountinfo.
+type cgroupMount struct {
+	root, point string
+	v2          bool
+	// controllers are the controllers, and name=, a v1 mount carries in
+	// its super options; none for cgroup2.
+	controllers []string
+}
+
+// cgroupMountsIn are mountinfo's cgroup mounts, v1 and v2, in its order.
+func cgroupMountsIn(mountinfo string) []cgroupMount {
+	var out []cgroupMount
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		pf, sf := strings.Fields(pre), strings.Fields(post)
+		if len(pf) < 5 || len(sf) < 1 || sf[0] != "cgroup" && sf[0] != "cgroup2" {
+			continue
+		}
+		m := cgroupMount{root: pf[3], point: pf[4], v2: sf[0] == "cgroup2"}
+		if !m.v2 && len(sf) >= 3 {
+			for _, o := range strings.Split(sf[2], ",") {
+				if !slices.Contains(mountOptions, o) && !strings.HasPrefix(o, "release_agent=") {
+					m.controllers = append(m.controllers, o)
+				}
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // parseHierarchies pairs each cgroup mount of mountinfo with this
 // process's line of procCgroup (/proc/self/cgroup): the controllers, or
 // name=, a v1 mount carries in its super options; "" for cgroup2.
@@ -47,40 +81,18 @@ func parseHierarchies(procCgroup, mountinfo string) ([]hierarchy, error) {
 		}
 	}
 	var hs []hierarchy
-	for _, line := range strings.Split(mountinfo, "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		pf, sf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(sf) < 3 {
-			continue
-		}
-		var key string
-		switch sf[0] {
-		case "cgroup2":
-			key = ""
-		case "cgroup":
-			var ctrls []string
-			for _, o := range strings.Split(sf[2], ",") {
-				if !slices.Contains(mountOptions, o) {
-					ctrls = append(ctrls, o)
-				}
-			}
-			key = strings.Join(ctrls, ",")
-		default:
-			continue
-		}
+	for _, m := range cgroupMountsIn(mountinfo) {
+		key := strings.Join(m.controllers, ",")
 		p, ok := own[key]
 		if !ok {
-			return nil, fmt.Errorf("cgroup hierarchy %s (%q) is not in /proc/self/cgroup", pf[4], key)
+			return nil, fmt.Errorf("cgroup hierarchy %s (%q) is not in /proc/self/cgroup", m.point, key)
 		}
 		// A mount of a subtree: the path is relative to its root.
-		rel, err := filepath.Rel(pf[3], p)
+		rel, err := filepath.Rel(m.root, p)
 		if err != nil || strings.HasPrefix(rel, "..") {
-			return nil, fmt.Errorf("this process's cgroup %s is outside the mount %s (root %s)", p, pf[4], pf[3])
+			return nil, fmt.Errorf("this process's cgroup %s is outside the mount %s (root %s)", p, m.point, m.root)
 		}
-		hs = append(hs, hierarchy{mount: pf[4], own: rel})
+		hs = append(hs, hierarchy{mount: m.point, own: rel})
 	}
 	if len(hs) == 0 {
 		return nil, errors.New("no cgroup hierarchy is mounted")
@@ -89,8 +101,9 @@ func parseHierarchies(procCgroup, mountinfo string) ([]hierarchy, error) {
 }
 
 // mountOptions are a cgroup v1 mount's super options that name no
-// controller.
-var mountOptions = []string{"rw", "ro", "relatime", "noexec", "nosuid", "nodev", "clone_children", "xattr", "noprefix", "cpuset_v2_mode"}
+// controller; so does release_agent=PATH (older systemd sets it on
+// name=systemd).
+var mountOptions = []string{"rw", "ro", "relatime", "noexec", "nosuid", "nodev", "clone_children", "xattr", "noprefix", "cpuset_v2_mode", "favordynmods"}
 
 // machineCgroups are machine name's cgroups, one per hierarchy (no side
 // effects).

@@ -23,10 +23,11 @@ import (
 
 // Cluster is the machines recorded in a state directory.
 type Cluster struct {
-	dir     string // absolute and resolved, checked (openStateDir)
-	rec     Record
-	pkgs    Packages // what Up installed from
-	claimed bool     // by this process (claim)
+	dir         string // absolute and resolved, checked (openStateDir)
+	rec         Record
+	pkgs        Packages // what Up installed from
+	claimed     bool     // by this process (claim)
+	preflighted bool     // the host passed (preflight)
 }
 
 // LastPackages are the packages Up built or found.
@@ -81,8 +82,9 @@ func (c *Cluster) machine(name string) (*Machine, error) {
 }
 
 // Create makes machines named names from the image archive, each booted
-// and on the hub's bridge, pauseRef their containerd's sandbox image.
-// Each thing is recorded before it is made.
+// and on the hub's bridge, pauseRef their containerd's sandbox image. A
+// host it cannot run on is refused first (preflight); then each thing is
+// recorded before it is made.
 func (c *Cluster) Create(ctx context.Context, image, pauseRef string, names []string) error {
 	for _, name := range names {
 		if err := checkMachineName(name); err != nil {
@@ -91,6 +93,9 @@ func (c *Cluster) Create(ctx context.Context, image, pauseRef string, names []st
 	}
 	if !c.rec.empty() {
 		return fmt.Errorf("%s already records a cluster: remove it first (critlet-cluster down --state %s)", c.dir, c.dir)
+	}
+	if err := c.preflight(nil); err != nil {
+		return err
 	}
 	if err := c.claim(); err != nil {
 		return err

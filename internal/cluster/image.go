@@ -35,12 +35,17 @@ func imageKey() string {
 	return hex.EncodeToString(h[:8])
 }
 
+// imagePath is where the image of machinePackages is kept in cacheDir.
+func imagePath(cacheDir string) string {
+	return filepath.Join(cacheDir, "machine-"+suite+"-"+imageKey()+".tar")
+}
+
 // EnsureImage returns the machines' root file system as a tar archive in
 // cacheDir, built with mmdebstrap unless a build of the same packages is
 // there. The archive is written beside its final name and renamed, so a
 // failed build leaves nothing that looks finished.
 func EnsureImage(ctx context.Context, cacheDir string) (string, bool, error) {
-	path := filepath.Join(cacheDir, "machine-"+suite+"-"+imageKey()+".tar")
+	path := imagePath(cacheDir)
 	if _, err := os.Stat(path); err == nil {
 		return path, false, nil
 	}

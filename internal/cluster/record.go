@@ -39,12 +39,8 @@ var cgroupMountPoints = func() ([]string, error) {
 // cgroupMounts are the mount points of mountinfo's cgroup hierarchies.
 func cgroupMounts(mountinfo string) []string {
 	var out []string
-	for _, line := range strings.Split(mountinfo, "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		pf, sf := strings.Fields(pre), strings.Fields(post)
-		if ok && len(pf) >= 5 && len(sf) >= 1 && (sf[0] == "cgroup" || sf[0] == "cgroup2") {
-			out = append(out, pf[4])
-		}
+	for _, m := range cgroupMountsIn(mountinfo) {
+		out = append(out, m.point)
 	}
 	return out
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -73,8 +72,12 @@ func (c *Cluster) Up(ctx context.Context, in Inputs, nodes []Node, progress func
 		}
 		names = append(names, n.Name)
 	}
-	// The state directory and the machine cgroups claimed before anything
-	// is made, the stand-in packages included.
+	// A host the cluster cannot run on is refused before anything is
+	// touched; then the state directory and the machine cgroups are
+	// claimed before anything is made, the stand-in packages included.
+	if err := c.preflight(&in); err != nil {
+		return t, err
+	}
 	if err := c.claim(); err != nil {
 		return t, err
 	}
@@ -82,8 +85,8 @@ func (c *Cluster) Up(ctx context.Context, in Inputs, nodes []Node, progress func
 	if err != nil {
 		return t, err
 	}
-	debs, err := filepath.Glob(filepath.Join(in.PackageDir, "kubelet-critlet_*_"+runtime.GOARCH+".deb"))
-	if err != nil || len(debs) != 1 {
+	debs := critletDebs(in.PackageDir)
+	if len(debs) != 1 {
 		return t, fmt.Errorf("want one kubelet-critlet .deb in %s (make package), found %v", in.PackageDir, debs)
 	}
 	start := time.Now()
