@@ -326,6 +326,18 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 	}
 }
 
+// critletAwaitsAdmission reports whether pod uid is still to be admitted
+// again by critlet: held here, or a static pod static-pod-readmission
+// queued. A device preemption's devices are kept for its pod while it is.
+// Called on the sync loop, from the allocate handler.
+func (kl *Kubelet) critletAwaitsAdmission(uid types.UID) bool {
+	if h := kl.critletHeldForDevices(); h != nil && h.Has(uid) {
+		return true
+	}
+	q := critletReadmission()
+	return q != nil && q.Has(uid)
+}
+
 // critletNotHeldForDevices returns active less the pods held.
 func (kl *Kubelet) critletNotHeldForDevices(active []*v1.Pod) []*v1.Pod {
 	h := kl.critletHeldForDevices()

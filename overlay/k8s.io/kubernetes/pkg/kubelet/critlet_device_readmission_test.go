@@ -686,3 +686,28 @@ func critletResetReadmission(t *testing.T) {
 	reset()
 	t.Cleanup(reset)
 }
+
+// The allocate handler keeps a preemption's devices for its pod while
+// critlet will admit that pod again: held, or queued by static-pod
+// re-admission; not once it is neither.
+func TestCritletAwaitsAdmission(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, state, _ := critletPreemptingKubelet(t)
+	critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.StaticPodReadmission, true) })
+	critletResetReadmission(t)
+	kl := testKubelet.kubelet
+	held := critletWidgetPod("held")
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{held})
+	static := critletWidgetPod("static")
+	static.Annotations = map[string]string{kubetypes.ConfigSourceAnnotationKey: kubetypes.FileSource}
+	kl.podManager.AddPod(static)
+	kl.critletAdmissionRefused(tCtx, static, "OutOfcpu")
+	if !kl.critletAwaitsAdmission(held.UID) || !kl.critletAwaitsAdmission(static.UID) || kl.critletAwaitsAdmission("other") {
+		t.Fatal("a held pod and a queued static pod are awaited, nothing else")
+	}
+	state.set(false)
+	kl.critletRetryHeldForDevices(tCtx)
+	if kl.critletAwaitsAdmission(held.UID) {
+		t.Error("the held pod, admitted, is still awaited")
+	}
+}
