@@ -711,3 +711,21 @@ func TestCritletAwaitsAdmission(t *testing.T) {
 		t.Error("the held pod, admitted, is still awaited")
 	}
 }
+
+// With critical-device-preemption on and device-readmission off, a pod
+// refused because its plugin is away is rejected as upstream rejects it:
+// only a preemption's pods are held.
+func TestCritletPluginAwayNotHeldWithoutDeviceReadmission(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, state, _ := critletPreemptingKubelet(t)
+	state.set(false)
+	kl := testKubelet.kubelet
+	plugin := kl.containerManager.(critletDevicesCM).plugin
+	plugin.set(0, "")
+	pod := critletWidgetPod("plugin-away")
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+	checkPodStatus(t, kl, pod, v1.PodFailed)
+	if kl.critletHeldForDevices().Has(pod.UID) {
+		t.Error("held for its plugin with device-readmission off")
+	}
+}

@@ -404,6 +404,11 @@ func TestCritletDevicePreemptionKeepsTheFreedDevicesForItsPod(t *testing.T) {
 	if res := w.Admit(ctx, critletAdd(critletPod("cpu-only", "100m", 0, 0), n.activePods(pods)())); !res.Admit {
 		t.Fatalf("a pod asking for no device: %+v, want admitted", res)
 	}
+	initOnly := critletPod("init-only", "100m", 0, 0)
+	initOnly.Spec.InitContainers = []v1.Container{{Name: "i", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{critletGPU: resource.MustParse("1")}}}}
+	if res := w.Admit(ctx, critletAdd(initOnly, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("a pod whose init container asks for the devices: %+v, want held", res)
+	}
 	k.end(true)
 	if res := w.Admit(ctx, critletAdd(plain, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
 		t.Fatalf("a pod asking for the devices once the kills ended, before the preempting pod's answer: %+v, want held", res)
@@ -861,5 +866,26 @@ func TestCritletDevicePreemptionWaitsForAStaticPodRetried(t *testing.T) {
 	k.end(true)
 	if res := w.Admit(ctx, critletAdd(other, n.activePods(pods)())); !res.Admit || w.flight != nil {
 		t.Fatalf("once the kills ended for a pod no longer awaited: %+v (in flight %v), want admitted", res, w.flight != nil)
+	}
+}
+
+// A preemption whose pod goes (deleted while held) keeps the devices it
+// frees until its kills have ended: its victims are still terminating,
+// and another preemption would weigh them again.
+func TestCritletDevicePreemptionOfAPodGoneWaitsForItsKills(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	n.active[critical.UID] = false
+	second := critletPod("second", "500m", 2, 2000001000)
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 1 {
+		t.Fatalf("another critical pod while the gone pod's victims terminate: %+v after %d preemptions, want held after 1", res, k.calls)
+	}
+	k.end(true)
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); !res.Admit || w.flight != nil {
+		t.Fatalf("once the kills ended: %+v, want admitted on the freed devices", res)
 	}
 }
