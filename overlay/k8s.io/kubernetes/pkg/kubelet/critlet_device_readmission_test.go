@@ -23,6 +23,7 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	"k8s.io/kubernetes/test/utils/ktesting"
 
+	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/patched"
 	critletsettings "github.com/critlet/critlet/pkg/settings"
 )
@@ -704,6 +705,10 @@ func TestCritletAwaitsAdmission(t *testing.T) {
 	kl.critletAdmissionRefused(tCtx, static, "OutOfcpu")
 	if !kl.critletAwaitsAdmission(held.UID) || !kl.critletAwaitsAdmission(static.UID) || kl.critletAwaitsAdmission("other") {
 		t.Fatal("a held pod and a queued static pod are awaited, nothing else")
+	}
+	// The admission handler passes over held pods: it reads them here.
+	if isHeld := kubeletstate.Get().Held; !isHeld(held.UID) || isHeld(static.UID) {
+		t.Error("the admission handler does not see the held pod as held, or sees the static pod so")
 	}
 	state.set(false)
 	kl.critletRetryHeldForDevices(tCtx)
