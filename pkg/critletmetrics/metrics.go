@@ -92,7 +92,7 @@ var ReadmissionAttempts = metrics.NewCounterVec(&metrics.CounterOpts{
 var DevicePreemptions = metrics.NewCounterVec(&metrics.CounterOpts{
 	Subsystem:      subsystem,
 	Name:           "critical_device_preemptions_total",
-	Help:           "Critical pods refused for lack of device-plugin devices that critlet's critical-device-preemption took up, by result: admitted, no_victims (no set of pods frees enough), not_freed (the victims that terminated did not cover the shortfall), refused (refused again although they did) or unsupported_node (the node's topology, CPU or memory manager policy could refuse the freed devices: nothing killed).",
+	Help:           "Critical pods refused for lack of device-plugin devices that critlet's critical-device-preemption took up, by result: admitted (allocated; a later admit handler may still refuse), no_victims (no set of pods frees enough), not_freed (the victims that terminated did not cover the shortfall), refused (refused again although they did) or unsupported_node (the node's topology, CPU or memory manager policy could refuse the freed devices: nothing killed).",
 	StabilityLevel: metrics.ALPHA,
 }, []string{"result"})
 

@@ -14,12 +14,17 @@
 //     the record could not be opened.
 //   - KillRetries: made with the process; the pod workers' hook records
 //     retries in it, the admission handler reads their count.
+//   - Held: by the kubelet package when it loads (the pods device
+//     re-admission and device preemption hold, unadmitted); the admission
+//     handler passes over them.
 package kubeletstate
 
 import (
 	"fmt"
 	"os"
 	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/critlet/critlet/pkg/checkpoint"
 	"github.com/critlet/critlet/pkg/killretry"
@@ -31,11 +36,14 @@ type State struct {
 	Settings    settings.Settings
 	Checkpoints *checkpoint.Store
 	KillRetries *killretry.Tracker
+	// Held reports a pod the kubelet holds unadmitted: in its pod manager
+	// and active, but with nothing allocated, nothing running.
+	Held func(types.UID) bool
 }
 
 var (
 	mu    sync.Mutex
-	state = State{Settings: settings.Defaults(), KillRetries: killretry.NewTracker()}
+	state = State{Settings: settings.Defaults(), KillRetries: killretry.NewTracker(), Held: func(types.UID) bool { return false }}
 )
 
 // Get returns what is published now.
@@ -57,6 +65,13 @@ func SetCheckpoints(s *checkpoint.Store) {
 	mu.Lock()
 	defer mu.Unlock()
 	state.Checkpoints = s
+}
+
+// SetHeld publishes the kubelet's test of a held pod.
+func SetHeld(held func(types.UID) bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	state.Held = held
 }
 
 // SetSettingsFromEnvironment publishes the settings the CRITLET_*

@@ -151,7 +151,7 @@ var (
 				File: "pkg/kubelet/kubelet.go",
 				Func: "NewMainKubelet",
 				Line: "handlers = append(handlers, lifecycle.NewPredicateAdmitHandler(klet.GetCachedNode, criticalPodAdmissionHandler, klet.containerManager.UpdatePluginResources))",
-				Call: "handlers = cm.CritletPreemptDevices(ctx, handlers, critletAllocateAt, kubeCfg, klet.containerManager, klet.GetCachedNode, klet.containerManager.UpdatePluginResources, criticalPodAdmissionHandler, klet.GetActivePods, kubeDeps.Recorder)",
+				Call: "handlers = cm.CritletPreemptDevices(ctx, handlers, critletAllocateAt, kubeCfg, klet.containerManager, klet.GetCachedNode, klet.containerManager.UpdatePluginResources, criticalPodAdmissionHandler, klet.GetActivePods, klet.critletAwaitsAdmission, kubeDeps.Recorder)",
 			},
 		},
 		Proof: []Reach{{

@@ -159,6 +159,14 @@ func (q *Queue) Forget(uid types.UID) {
 	q.order = slices.DeleteFunc(q.order, func(u types.UID) bool { return u == uid })
 }
 
+// Has reports whether uid is queued. O(1).
+func (q *Queue) Has(uid types.UID) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.pods[uid]
+	return ok
+}
+
 // Len is the number of refused pods held.
 func (q *Queue) Len() int {
 	q.mu.Lock()

@@ -133,6 +133,17 @@ func (c *critletHolds) Closes() time.Time {
 	return c.h.Closes()
 }
 
+// The admission handler reads the holds through kubeletstate: a held pod
+// is active but holds nothing, so it is no victim.
+func init() { kubeletstate.SetHeld(critletIsHeld) }
+
+// critletIsHeld reports whether pod uid is held, on any goroutine.
+func critletIsHeld(uid types.UID) bool {
+	critletDeviceHoldsMu.Lock()
+	defer critletDeviceHoldsMu.Unlock()
+	return critletDeviceHolds != nil && critletDeviceHolds.h.Has(uid)
+}
+
 // critletHeldForDevices returns the pods held for device plugins
 // (device-readmission) or for their victims to terminate
 // (critical-device-preemption), or nil when both patches are off. The
@@ -312,7 +323,7 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 		_, mirrorPod, _ := kl.podManager.GetPodAndMirrorPod(pod)
 		if held.Preempting {
 			kl.recorder.WithLogger(logger).Eventf(pod, v1.EventTypeNormal, critletReasonAdmittedAfterPreemption,
-				"Admitted once the pods preempted for its devices had terminated (held since %s)", held.Since.UTC().Format("15:04:05"))
+				"Admitted once the pods preempted for devices had terminated (held since %s)", held.Since.UTC().Format("15:04:05"))
 			logger.Info("Held pod admitted: the pods preempted for devices have terminated", "pod", klog.KObj(pod), "podUID", pod.UID,
 				"heldSince", held.Since, "retries", held.Retries)
 		} else {
@@ -324,6 +335,18 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 		}
 		kl.critletStartAdmitted(ctx, pod, mirrorPod, start)
 	}
+}
+
+// critletAwaitsAdmission reports whether pod uid is still to be admitted
+// again by critlet: held here, or a static pod static-pod-readmission
+// queued. A device preemption's devices are kept for its pod while it is.
+// Called on the sync loop, from the allocate handler.
+func (kl *Kubelet) critletAwaitsAdmission(uid types.UID) bool {
+	if h := kl.critletHeldForDevices(); h != nil && h.Has(uid) {
+		return true
+	}
+	q := critletReadmission()
+	return q != nil && q.Has(uid)
 }
 
 // critletNotHeldForDevices returns active less the pods held.

@@ -23,6 +23,7 @@ import (
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	"k8s.io/kubernetes/test/utils/ktesting"
 
+	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/patched"
 	critletsettings "github.com/critlet/critlet/pkg/settings"
 )
@@ -685,4 +686,51 @@ func critletResetReadmission(t *testing.T) {
 	}
 	reset()
 	t.Cleanup(reset)
+}
+
+// The allocate handler keeps a preemption's devices for its pod while
+// critlet will admit that pod again: held, or queued by static-pod
+// re-admission; not once it is neither.
+func TestCritletAwaitsAdmission(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, state, _ := critletPreemptingKubelet(t)
+	critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.StaticPodReadmission, true) })
+	critletResetReadmission(t)
+	kl := testKubelet.kubelet
+	held := critletWidgetPod("held")
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{held})
+	static := critletWidgetPod("static")
+	static.Annotations = map[string]string{kubetypes.ConfigSourceAnnotationKey: kubetypes.FileSource}
+	kl.podManager.AddPod(static)
+	kl.critletAdmissionRefused(tCtx, static, "OutOfcpu")
+	if !kl.critletAwaitsAdmission(held.UID) || !kl.critletAwaitsAdmission(static.UID) || kl.critletAwaitsAdmission("other") {
+		t.Fatal("a held pod and a queued static pod are awaited, nothing else")
+	}
+	// The admission handler passes over held pods: it reads them here.
+	if isHeld := kubeletstate.Get().Held; !isHeld(held.UID) || isHeld(static.UID) {
+		t.Error("the admission handler does not see the held pod as held, or sees the static pod so")
+	}
+	state.set(false)
+	kl.critletRetryHeldForDevices(tCtx)
+	if kl.critletAwaitsAdmission(held.UID) {
+		t.Error("the held pod, admitted, is still awaited")
+	}
+}
+
+// With critical-device-preemption on and device-readmission off, a pod
+// refused because its plugin is away is rejected as upstream rejects it:
+// only a preemption's pods are held.
+func TestCritletPluginAwayNotHeldWithoutDeviceReadmission(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, state, _ := critletPreemptingKubelet(t)
+	state.set(false)
+	kl := testKubelet.kubelet
+	plugin := kl.containerManager.(critletDevicesCM).plugin
+	plugin.set(0, "")
+	pod := critletWidgetPod("plugin-away")
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+	checkPodStatus(t, kl, pod, v1.PodFailed)
+	if kl.critletHeldForDevices().Has(pod.UID) {
+		t.Error("held for its plugin with device-readmission off")
+	}
 }

@@ -49,7 +49,7 @@ const CritletReasonPreemptingForDevices = "PreemptingForDevices"
 func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHandler, allocateAt int, kubeCfg *kubeletconfig.KubeletConfiguration,
 	devices podresources.DevicesProvider, getNode func(context.Context, bool) (*v1.Node, error),
 	pluginResources func(*schedulerframework.NodeInfo, *lifecycle.PodAdmitAttributes) error,
-	preempt critletDeviceShortfallHandler, activePods func() []*v1.Pod, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
+	preempt critletDeviceShortfallHandler, activePods func() []*v1.Pod, awaiting func(types.UID) bool, recorder record.EventRecorder) []lifecycle.PodAdmitHandler {
 	if !kubeletstate.Get().Settings.On(patched.CriticalDevicePreemption) {
 		return handlers
 	}
@@ -75,6 +75,7 @@ func CritletPreemptDevices(ctx context.Context, handlers []lifecycle.PodAdmitHan
 			},
 			preempt:    preempt,
 			activePods: activePods,
+			awaiting:   awaiting,
 			ctx:        ctx,
 		}
 	})
@@ -119,6 +120,10 @@ type critletDevicePreemption struct {
 	probe      func(lifecycle.AdmissionFailureHandler) lifecycle.PodAdmitHandler
 	preempt    critletDeviceShortfallHandler
 	activePods func() []*v1.Pod
+	// awaiting reports a pod the kubelet will admit again (held, or a
+	// static pod queued for re-admission): a preemption's pod, until it
+	// has had its answer.
+	awaiting func(types.UID) bool
 	// ctx lives as long as the kubelet: the kills outlive the admission
 	// that began them.
 	ctx context.Context
@@ -169,11 +174,12 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(attrs.Pod), "podUID", attrs.Pod.UID)
 	f, ended, freed := w.current()
-	if f != nil && ended && !w.active(f.pod.UID) {
-		// Its pod is gone (deleted while held): nothing waits for it.
+	own := f != nil && f.pod.UID == attrs.Pod.UID
+	if f != nil && ended && !own && !w.awaiting(f.pod.UID) {
+		// Its pod will not be admitted again (deleted while held,
+		// refused): nothing waits for the devices.
 		w.flight, f = nil, nil
 	}
-	own := f != nil && f.pod.UID == attrs.Pod.UID
 	if f != nil && !own && critletRequestsAny(attrs.Pod, f.resources) {
 		// The devices being freed are the preempting pod's until it has
 		// had its answer: another pod asking for them waits, unallocated.
@@ -301,11 +307,6 @@ func (w *critletDevicePreemption) current() (f *critletFlight, ended, freed bool
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.flight, w.flight.ended, w.flight.freed
-}
-
-// active reports whether pod uid is active (held pods are).
-func (w *critletDevicePreemption) active(uid types.UID) bool {
-	return slices.ContainsFunc(w.activePods(), func(p *v1.Pod) bool { return p.UID == uid })
 }
 
 // holding is the refusal that has the kubelet hold pod while f's victims

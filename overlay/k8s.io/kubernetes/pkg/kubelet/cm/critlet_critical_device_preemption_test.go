@@ -259,6 +259,7 @@ func critletSetup(criticalCPU string) (*critletDeviceNode, []*v1.Pod, *v1.Pod, *
 		managers:   critletDefaultManagers,
 		recorder:   record.NewFakeRecorder(10),
 		activePods: n.activePods(append(slices.Clone(pods), critical)),
+		awaiting:   func(uid types.UID) bool { return uid == critical.UID && n.active[uid] },
 		ctx:        context.Background(),
 	}
 	return n, pods, critical, k, w
@@ -369,7 +370,7 @@ func TestCritletDevicePreemptionLeftOverIsCleared(t *testing.T) {
 		t.Fatalf("%+v, want held", res)
 	}
 	k.end(true)
-	n.active[critical.UID] = false // deleted while held, refused
+	n.active[critical.UID] = false // deleted while held, refused: no longer awaited
 	other := critletPod("other", "500m", 1, 2000001000)
 	if res := w.Admit(ctx, critletAdd(other, n.activePods(pods)())); !res.Admit || w.flight != nil {
 		t.Fatalf("another critical pod once the kills ended: %+v (in flight: %v), want admitted on the freed device and nothing in flight", res, w.flight != nil)
@@ -402,6 +403,11 @@ func TestCritletDevicePreemptionKeepsTheFreedDevicesForItsPod(t *testing.T) {
 	}
 	if res := w.Admit(ctx, critletAdd(critletPod("cpu-only", "100m", 0, 0), n.activePods(pods)())); !res.Admit {
 		t.Fatalf("a pod asking for no device: %+v, want admitted", res)
+	}
+	initOnly := critletPod("init-only", "100m", 0, 0)
+	initOnly.Spec.InitContainers = []v1.Container{{Name: "i", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{critletGPU: resource.MustParse("1")}}}}
+	if res := w.Admit(ctx, critletAdd(initOnly, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("a pod whose init container asks for the devices: %+v, want held", res)
 	}
 	k.end(true)
 	if res := w.Admit(ctx, critletAdd(plain, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
@@ -685,7 +691,7 @@ func TestCritletPreemptDevicesWrapsOnlyWhenOn(t *testing.T) {
 	handlers := []lifecycle.PodAdmitHandler{sysctl, n, predicate}
 	cfg := &kubeletconfig.KubeletConfiguration{TopologyManagerPolicy: "single-numa-node", CPUManagerPolicy: "static", MemoryManagerPolicy: "None"}
 	install := func() []lifecycle.PodAdmitHandler {
-		return CritletPreemptDevices(context.Background(), handlers, 1, cfg, n, nil, nil, k, n.activePods(pods), record.NewFakeRecorder(1))
+		return CritletPreemptDevices(context.Background(), handlers, 1, cfg, n, nil, nil, k, n.activePods(pods), func(types.UID) bool { return false }, record.NewFakeRecorder(1))
 	}
 	kubeletstate.SetSettings(settings.Defaults())
 	if got := install(); &got[0] != &handlers[0] || got[1] != lifecycle.PodAdmitHandler(n) {
@@ -825,5 +831,61 @@ func TestCritletDevicePreemptionOneAtATimeAcrossResources(t *testing.T) {
 	}
 	if short := critletShortOf(t, k.got); len(short) != 1 || short[critletNIC].Requested != 1 {
 		t.Errorf("nic preemption's shortfall %+v, want one nic", short)
+	}
+}
+
+// A static pod that static-pod-readmission retries is Failed from its
+// earlier refusal, so not active: while it is queued, its preemption waits
+// for it, and its own retry gets the answer.
+func TestCritletDevicePreemptionWaitsForAStaticPodRetried(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	n.active[critical.UID] = false
+	queued := true
+	w.awaiting = func(uid types.UID) bool { return uid == critical.UID && queued }
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	k.end(true)
+	other := critletPod("other", "500m", 1, 0)
+	if res := w.Admit(ctx, critletAdd(other, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("another pod before the static pod's retry: %+v, want held", res)
+	}
+	if res := w.Admit(ctx, critletAdd(critical, n.activePods(pods)())); !res.Admit || k.calls != 1 {
+		t.Fatalf("the static pod's retry: %+v after %d preemptions, want admitted after one", res, k.calls)
+	}
+	// Another preemption whose static pod left the queue (its manifest
+	// removed) releases the devices once its kills have ended.
+	second := critletPod("second", "500m", 2, 2000001000)
+	k.choose = []types.UID{"c", "d"}
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 2 {
+		t.Fatalf("%+v after %d preemptions, want its own", res, k.calls)
+	}
+	w.awaiting = func(types.UID) bool { return false }
+	k.end(true)
+	if res := w.Admit(ctx, critletAdd(other, n.activePods(pods)())); !res.Admit || w.flight != nil {
+		t.Fatalf("once the kills ended for a pod no longer awaited: %+v (in flight %v), want admitted", res, w.flight != nil)
+	}
+}
+
+// A preemption whose pod goes (deleted while held) keeps the devices it
+// frees until its kills have ended: its victims are still terminating,
+// and another preemption would weigh them again.
+func TestCritletDevicePreemptionOfAPodGoneWaitsForItsKills(t *testing.T) {
+	ctx := context.Background()
+	n, pods, critical, k, w := critletSetup("500m")
+	k.choose = []types.UID{"a", "b"}
+	if res := w.Admit(ctx, critletAdd(critical, pods)); res.Reason != CritletReasonPreemptingForDevices {
+		t.Fatalf("%+v, want held", res)
+	}
+	n.active[critical.UID] = false
+	second := critletPod("second", "500m", 2, 2000001000)
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); res.Reason != CritletReasonPreemptingForDevices || k.calls != 1 {
+		t.Fatalf("another critical pod while the gone pod's victims terminate: %+v after %d preemptions, want held after 1", res, k.calls)
+	}
+	k.end(true)
+	if res := w.Admit(ctx, critletAdd(second, n.activePods(pods)())); !res.Admit || w.flight != nil {
+		t.Fatalf("once the kills ended: %+v, want admitted on the freed devices", res)
 	}
 }

@@ -2,6 +2,7 @@ package preemption
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/critlet/critlet/pkg/checkpoint"
 	"github.com/critlet/critlet/pkg/critletmetrics"
+	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/planning"
 	"github.com/critlet/critlet/pkg/termination"
 	"github.com/critlet/critlet/pkg/victims"
@@ -74,6 +76,11 @@ func (c *CriticalPodAdmissionHandler) admit(ctx context.Context, start time.Time
 // plan chooses the first round's victims among pods for reqs, or returns
 // the refusal when none can cover them. It kills nothing.
 func (c *CriticalPodAdmissionHandler) plan(ctx context.Context, admitPod *v1.Pod, pods []*v1.Pod, reqs []victims.Requirement, held planning.HeldDevices) (*admission, []int, error) {
+	// A pod the kubelet holds unadmitted (critlet's device patches) is
+	// active but holds nothing: killing it frees nothing. With the
+	// settings off none is held.
+	unadmitted := kubeletstate.Get().Held
+	pods = slices.DeleteFunc(slices.Clone(pods), func(p *v1.Pod) bool { return unadmitted(p.UID) })
 	pods, cands, err := planning.CandidatesHolding(admitPod, pods, reqs, held)
 	if err != nil {
 		return nil, nil, c.refuse(admitPod, err)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
+	"github.com/critlet/critlet/pkg/kubeletstate"
 	"github.com/critlet/critlet/pkg/planning"
 	"github.com/critlet/critlet/pkg/settings"
 )
@@ -449,8 +450,8 @@ func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 		return p
 	}
 	stuck, holder := withGPU(smallBurstable), withGPU(largeBurstable)
-	release := make(chan struct{})
-	k := &recordingKill{also: func(*v1.Pod) error { <-release; return nil }}
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	k := &recordingKill{also: func(*v1.Pod) error { started <- struct{}{}; <-release; return nil }}
 	events := record.NewFakeRecorder(10)
 	h := newHandler(func() []*v1.Pod { return []*v1.Pod{stuck, holder} }, k.kill, events, settings.Upstream())
 	ended := make(chan bool, 1)
@@ -460,6 +461,7 @@ func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 	if err != nil || len(left) != 0 || n != 1 {
 		t.Fatalf("chose %d victims, left %v, err %v; want one", n, left, err)
 	}
+	<-started
 	select {
 	case <-ended:
 		t.Fatal("done was called before the kill ended")
@@ -533,6 +535,40 @@ func TestPreemptForDevicesReportsAFailedKill(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Fatalf("%s: done never called", c.name)
+		}
+	}
+}
+
+// A pod the kubelet holds unadmitted (critlet's device patches) is active
+// but holds nothing: it is never a victim, on either path.
+func TestHeldPodsAreNoVictims(t *testing.T) {
+	defer kubeletstate.SetHeld(kubeletstate.Get().Held)
+	held := smallBurstable.DeepCopy()
+	held.Name, held.UID = "held", "uid-held"
+	pods := []*v1.Pod{held, largeBurstable}
+	reasons := []lifecycle.PredicateFailureReason{insufficientOf(v1.ResourceCPU, 100)}
+	for _, c := range []struct {
+		name   string
+		isHeld func(k8stypes.UID) bool
+		want   []string
+	}{
+		{"none held", func(k8stypes.UID) bool { return false }, []string{held.Name}},
+		{"one held", func(uid k8stypes.UID) bool { return uid == held.UID }, []string{largeBurstable.Name}},
+	} {
+		kubeletstate.SetHeld(c.isHeld)
+		k := &recordingKill{}
+		h := newHandler(func() []*v1.Pod { return pods }, k.kill, record.NewFakeRecorder(10), settings.Upstream())
+		if _, err := h.HandleAdmissionFailure(context.Background(), clusterCritPod, reasons, lifecycle.AddOperation); err != nil {
+			t.Fatal(err)
+		}
+		if got := k.names(); !slices.Equal(got, c.want) {
+			t.Errorf("%s: killed %v, want %v", c.name, got, c.want)
+		}
+		k = &recordingKill{}
+		h = newHandler(func() []*v1.Pod { return pods }, k.kill, record.NewFakeRecorder(10), settings.Upstream())
+		preemptForDevices(t, h, clusterCritPod, reasons, nil, nil)
+		if got := k.names(); !slices.Equal(got, c.want) {
+			t.Errorf("%s, device path: killed %v, want %v", c.name, got, c.want)
 		}
 	}
 }
