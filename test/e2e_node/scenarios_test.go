@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/checkpointmanager"
 	devicecheckpoint "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/checkpoint"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -596,6 +597,10 @@ func (e *env) deviceHolders(resource v1.ResourceName) map[string][]string {
 	byUID := map[string]string{}
 	for _, p := range e.activePods() {
 		byUID[string(p.UID)] = p.Name
+		// A static pod's UID is its mirror pod's annotation.
+		if uid := p.Annotations[kubetypes.ConfigMirrorAnnotationKey]; uid != "" {
+			byUID[uid] = p.Name
+		}
 	}
 	out := map[string][]string{}
 	for _, en := range entries {
