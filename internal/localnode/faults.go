@@ -148,6 +148,27 @@ func (n *Node) RemoveContainer(ctx context.Context, id string) error {
 	return nil
 }
 
+// PodContainers returns the IDs of the runtime's containers of pod uid,
+// in any state: what the runtime itself has, whatever the API says.
+func (n *Node) PodContainers(ctx context.Context, uid string) ([]string, error) {
+	rt, closeFn, err := n.criClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	list, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("listing the containers of pod %s: %w", uid, err)
+	}
+	ids := make([]string, 0, len(list.Containers))
+	for _, c := range list.Containers {
+		ids = append(ids, c.Id)
+	}
+	return ids, nil
+}
+
 // RemovePodSandboxes leaves the runtime as a reboot leaves it, for a
 // kubelet that is stopped: every pod sandbox and container gone, while the
 // kubelet's directory (its checkpoints) and the pods in the API are kept.

@@ -119,11 +119,16 @@ func (h *Holds) Hold(uid types.UID, waiting []string, reason, message string, no
 		return false
 	}
 	p, ok := h.pods[uid]
-	if !ok {
+	switch {
+	case !ok:
 		p = &held{Held: Held{UID: uid, Since: now}, next: now}
 		h.pods[uid] = p
 		h.order = append(h.order, uid)
-	} else {
+	case p.Preempting:
+		// Its retries were the preemption's: it begins to wait for the
+		// plugin now.
+		p.Retries, p.next = 0, now
+	default:
 		p.Retries++
 		p.next = now.Add(h.backoff.After(p.Retries))
 	}

@@ -243,4 +243,14 @@ func TestHoldPreemptingIgnoresTheWindow(t *testing.T) {
 	if retry, _ := h2.Next(start.Add(time.Minute), nil); len(retry) != 0 {
 		t.Errorf("held for a plugin with no healthy device: tried %v", uids(retry))
 	}
+	// The preemption's retries are no plugin backoff: once the plugin is
+	// back it is tried at once.
+	h3 := newHolds()
+	for i := range 5 {
+		h3.HoldPreempting("y", "PreemptingForDevices", "waiting", start.Add(time.Duration(i)*time.Second))
+	}
+	h3.Hold("y", []string{widget}, "UnexpectedAdmissionError", "m", start.Add(5*time.Second))
+	if retry, _ := h3.Next(start.Add(5*time.Second), map[string]int64{widget: 1}); !slices.Equal(uids(retry), []types.UID{"y"}) || retry[0].Retries != 0 {
+		t.Errorf("held for its plugin after a preemption's retries: tried %v, want at once with no retries counted", uids(retry))
+	}
 }

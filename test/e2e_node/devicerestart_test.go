@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/wait"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 )
 
 // A kubelet restarted while a pod holds a device, the plugin registering
@@ -19,14 +20,18 @@ import (
 // kubelet admits the running pod without allocating, so it keeps its
 // container and its device, none Failed.
 //
-// Then a node rebooted while pods hold devices: the kubelet starts with its
-// checkpoints, no pod's containers left and the device plugin not back
-// yet; the plugin comes back 10 s after the kubelet, and a new pod needing
-// a device arrives in between. The stock kubelet and critlet's defaults
-// fail both pods for good, as upstream does (kubernetes#117955, #133382:
+// Then a node rebooted while pods hold devices (a static pod among them,
+// its mirror pod in the API): the kubelet starts with its checkpoints, no
+// pod's containers left and the device plugin not back yet; the plugin
+// comes back 10 s after the kubelet, and a new pod needing a device
+// arrives in between. The stock kubelet and critlet's defaults fail the
+// three pods for good, as upstream does (kubernetes#117955, #133382:
 // recorded, and required of both alike). With --critical-device-readmission
-// both are held, and run once the plugin is back: the holder in a new
-// container with the devices it had, none Failed. The holder restarts
+// all three are held, and run once the plugin is back: the holder in a new
+// container with the devices it had, none Failed, and the static pod,
+// which the file source hands the kubelet before the API's mirror pod,
+// with no container in the runtime until then (a static pod started
+// unadmitted would have one). The holder restarts
 // always, as a Deployment's pod does: a pod that never restarts is Failed
 // by every kubelet once its containers are gone, devices or not.
 func TestDevicePluginBackAfterReboot(t *testing.T) {
@@ -34,10 +39,10 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 	opts := scenarioOptions{critletVariants: []kubeletUnderTest{deviceReadmitting}, timeout: 6 * time.Minute}
 	runScenario(t, "24 device plugin back after a reboot", opts, func(e *env) {
 		holds := e.kubelet.name == deviceReadmitting.name
-		ids := []string{"widget-0", "widget-1"}
+		ids := []string{"widget-0", "widget-1", "widget-2"}
 		_, stop := e.runDevicePlugin(string(widget), ids...)
 		e.t.Cleanup(stop)
-		e.waitAllocatable(widget, 2)
+		e.waitAllocatable(widget, 3)
 		withWidget := func(s podSpec) podSpec {
 			one := resource.MustParse("1")
 			s.requests, s.limits = v1.ResourceList{widget: one}, v1.ResourceList{widget: one}
@@ -49,6 +54,14 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 		before := e.deviceHolders(widget)["holder"]
 		if len(before) != 1 {
 			e.t.Fatalf("the holder holds %v before the reboot, want one widget", before)
+		}
+		// A static pod holding a widget, its mirror pod in the API.
+		staticSpec := withWidget(bestEffort(runName("static-holder")))
+		staticSpec.restartPolicy = v1.RestartPolicyAlways
+		static := e.waitPhase(e.writeStatic(staticSpec), 2*time.Minute, v1.PodRunning)
+		staticUID := static.Annotations[kubetypes.ConfigMirrorAnnotationKey]
+		if got := e.deviceHolders(widget)[static.Name]; staticUID == "" || len(got) != 1 {
+			e.t.Fatalf("the static pod (UID %q) holds %v before the reboot, want one widget", staticUID, got)
 		}
 		stop = e.restartKubeletWithPlugin(holder, widget, before, stop, ids)
 		holder, err := e.get(holder)
@@ -74,8 +87,14 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 		for _, p := range []*v1.Pod{holder, arrived} {
 			e.waitTriedWithoutPlugin(p, holds, 2*time.Minute)
 		}
-		e.note("both pods tried %s after the kubelet started", time.Since(started).Round(100*time.Millisecond))
+		e.waitStaticTriedWithoutPlugin(static, holds, 2*time.Minute)
+		e.note("the three pods tried %s after the kubelet started", time.Since(started).Round(100*time.Millisecond))
 		e.settle(10*time.Second - time.Since(started))
+		// The file source is read before the API's mirror pod: held or
+		// refused, the static pod has no container in the runtime.
+		if cs, err := suite.PodContainers(e.ctx, staticUID); err != nil || len(cs) != 0 {
+			e.t.Errorf("the static pod has containers %v (%v) while its plugin is away, want none: started unadmitted", cs, err)
+		}
 		e.startDevicePlugin(string(widget), ids...)
 		e.note("plugin back %s after the kubelet started", time.Since(started).Round(100*time.Millisecond))
 
@@ -98,8 +117,22 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 				e.t.Errorf("%s: %s %q (%s), want Failed UnexpectedAdmissionError for the device plugin not back, as upstream", p.Name, cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
 			}
 		}
+		cur := e.waitNewContainerOrFailed(static, containerID(static), 2*time.Minute)
+		e.note("%s: %s %s", cur.Name, cur.Status.Phase, cur.Status.Reason)
+		switch {
+		case holds && cur.Status.Phase != v1.PodRunning:
+			e.t.Errorf("the static pod ended %s %q (%s), want Running once the plugin was back", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
+		case !holds && (cur.Status.Phase != v1.PodFailed || cur.Status.Reason != "UnexpectedAdmissionError"):
+			e.t.Errorf("the static pod: %s %q (%s), want Failed UnexpectedAdmissionError for the device plugin not back, as upstream", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
+		}
 		if holds {
 			after := e.deviceHolders(widget)
+			if got := after[static.Name]; len(got) != 1 || slices.Contains(after["holder"], got[0]) || slices.Contains(after["arrived"], got[0]) {
+				e.t.Errorf("the static pod runs with %v, want a widget of its own (holder %v, arrived %v)", got, after["holder"], after["arrived"])
+			}
+			if cs, err := suite.PodContainers(e.ctx, staticUID); err != nil || len(cs) == 0 {
+				e.t.Errorf("the static pod, Running, has no container in the runtime (%v)", err)
+			}
 			if cur, err := e.get(holder); err != nil || cur.Status.Phase != v1.PodRunning {
 				e.t.Errorf("the holder is not Running at the end (%v): %v", err, cur.Status)
 			}
@@ -109,8 +142,8 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 			if got := after["arrived"]; len(got) != 1 || slices.Contains(before, got[0]) {
 				e.t.Errorf("the pod arriving in the window holds %v, want the other widget", got)
 			}
-			if got := e.scrape("kubelet_device_readmissions_total")[`kubelet_device_readmissions_total{result="admitted"}`]; got != 2 {
-				e.t.Errorf(`kubelet_device_readmissions_total{result="admitted"} = %v, want 2`, got)
+			if got := e.scrape("kubelet_device_readmissions_total")[`kubelet_device_readmissions_total{result="admitted"}`]; got != 3 {
+				e.t.Errorf(`kubelet_device_readmissions_total{result="admitted"} = %v, want 3`, got)
 			}
 		}
 	})
@@ -165,6 +198,23 @@ func (e *env) waitTriedWithoutPlugin(p *v1.Pod, holds bool, timeout time.Duratio
 		return
 	}
 	e.waitEvent([]*v1.Pod{p}, "WaitingForDevicePlugin", timeout)
+}
+
+// waitStaticTriedWithoutPlugin is waitTriedWithoutPlugin for the static pod
+// of mirror, whose events are on the static pod.
+func (e *env) waitStaticTriedWithoutPlugin(mirror *v1.Pod, holds bool, timeout time.Duration) {
+	e.t.Helper()
+	if !holds {
+		e.waitPhase(mirror, timeout, v1.PodFailed)
+		return
+	}
+	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		n, _ := e.staticEvents(mirror, "WaitingForDevicePlugin")
+		return n > 0, nil
+	})
+	if err != nil {
+		e.t.Fatalf("static pod %s: not held for its plugin within %s: %v", mirror.Name, timeout, err)
+	}
 }
 
 var deviceReadmitting = critletKubelet.with([]string{"--critical-device-readmission"}, nil)
