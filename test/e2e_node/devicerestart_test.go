@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 )
@@ -58,6 +59,7 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 		// A static pod holding a widget, its mirror pod in the API.
 		staticSpec := withWidget(bestEffort(runName("static-holder")))
 		staticSpec.restartPolicy = v1.RestartPolicyAlways
+		staticSpec.namespace = metav1.NamespaceSystem // where writeStatic looks for its mirror
 		static := e.waitPhase(e.writeStatic(staticSpec), 2*time.Minute, v1.PodRunning)
 		staticUID := static.Annotations[kubetypes.ConfigMirrorAnnotationKey]
 		if got := e.deviceHolders(widget)[static.Name]; staticUID == "" || len(got) != 1 {
