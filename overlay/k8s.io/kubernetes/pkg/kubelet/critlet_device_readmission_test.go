@@ -135,6 +135,29 @@ func critletDeviceKubelet(t *testing.T, on bool) (*TestKubelet, *critletPluginSt
 	return testKubelet, plugin, recorder
 }
 
+// critletAddHeld adds pod, which admission refuses, syncs it and runs
+// housekeeping, and fails t unless it is held: no status, no pod worker,
+// no allocation (the kubelet would start it on its next update).
+func critletAddHeld(tCtx context.Context, t *testing.T, kl *Kubelet, pod *v1.Pod) {
+	t.Helper()
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+	// Neither a sync (the container manager names pods whose devices change
+	// health) nor housekeeping starts it.
+	kl.HandlePodSyncs(tCtx, []*v1.Pod{pod})
+	if err := kl.HandlePodCleanups(tCtx); err != nil {
+		t.Fatal(err)
+	}
+	if _, found := kl.statusManager.GetPodStatus(pod.UID); found {
+		t.Fatal("the held pod has a status: it was rejected")
+	}
+	if _, ok := critletWorker(kl.podWorkers.(*podWorkers), pod.UID); ok {
+		t.Fatal("the held pod was handed to a pod worker")
+	}
+	if kl.allocationManager.HasPodAllocatedResources(pod.UID) {
+		t.Fatal("the held pod has an allocation: the kubelet would start it on its next update")
+	}
+}
+
 func critletWidgetPod(name string) *v1.Pod {
 	one := v1.ResourceList{critletWidget: resource.MustParse("1")}
 	return podWithUIDNameNsSpec(types.UID(name), name, "default", v1.PodSpec{
@@ -216,22 +239,7 @@ func critletHeldPodAdmittedOnceThePluginIsBack(t *testing.T, static bool) {
 		t.Fatal(err)
 	}
 
-	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
-	// Neither a sync (the container manager names pods whose devices change
-	// health) nor housekeeping starts it.
-	kl.HandlePodSyncs(tCtx, []*v1.Pod{pod})
-	if err := kl.HandlePodCleanups(tCtx); err != nil {
-		t.Fatal(err)
-	}
-	if _, found := kl.statusManager.GetPodStatus(pod.UID); found {
-		t.Fatal("the held pod has a status: it was rejected")
-	}
-	if _, ok := critletWorker(kl.podWorkers.(*podWorkers), pod.UID); ok {
-		t.Fatal("the held pod was handed to a pod worker")
-	}
-	if kl.allocationManager.HasPodAllocatedResources(pod.UID) {
-		t.Fatal("the held pod has an allocation: the kubelet would start it on its next update")
-	}
+	critletAddHeld(tCtx, t, kl, pod)
 	if !critletHasEvent(critletEvents(recorder), critletReasonWaitingForDevicePlugin) {
 		t.Error("no WaitingForDevicePlugin event on the held pod")
 	}
@@ -527,39 +535,17 @@ func TestCritletHeldPodWaitsForTheNextPluginNamed(t *testing.T) {
 	}
 }
 
-// critletPreemptingState is an allocate handler that refuses as the
-// critical-device-preemption wrapper does while a pod's victims terminate.
-type critletPreemptingState struct {
-	mu          sync.Mutex
-	terminating bool
-	asked       int
-}
-
-func (s *critletPreemptingState) Admit(context.Context, *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.asked++
-	if s.terminating {
-		return lifecycle.PodAdmitResult{Reason: cm.CritletReasonPreemptingForDevices, Message: "Waiting for the 2 pods preempted for its devices to terminate"}
-	}
-	return lifecycle.PodAdmitResult{Admit: true}
-}
-
-func (s *critletPreemptingState) set(terminating bool) (asked int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.terminating = terminating
-	return s.asked
-}
-
 // critletPreemptingKubelet is a test kubelet with critical-device-preemption
 // on and device-readmission off, whose allocate handler holds every pod
 // while state says victims terminate.
-func critletPreemptingKubelet(t *testing.T) (*TestKubelet, *critletPreemptingState, *record.FakeRecorder) {
+func critletPreemptingKubelet(t *testing.T) (*TestKubelet, *critletCountingAdmitHandler, *record.FakeRecorder) {
 	testKubelet, plugin, recorder := critletDeviceKubelet(t, false)
 	critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.CriticalDevicePreemption, true) })
 	plugin.set(1, "")
-	state := &critletPreemptingState{terminating: true}
+	// Refused as the critical-device-preemption wrapper refuses while a
+	// pod's victims terminate.
+	state := &critletCountingAdmitHandler{refuse: true, refusal: lifecycle.PodAdmitResult{
+		Reason: cm.CritletReasonPreemptingForDevices, Message: "Waiting for the 2 pods preempted for its devices to terminate"}}
 	testKubelet.kubelet.allocationManager.AddPodAdmitHandlers(lifecycle.PodAdmitHandlers{state})
 	return testKubelet, state, recorder
 }
@@ -583,17 +569,7 @@ func TestCritletPodHeldWhileItsVictimsTerminate(t *testing.T) {
 			if err := kl.allocationManager.SetAllocatedResources(klog.Background(), pod); err != nil {
 				t.Fatal(err)
 			}
-			kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
-			kl.HandlePodSyncs(tCtx, []*v1.Pod{pod})
-			if err := kl.HandlePodCleanups(tCtx); err != nil {
-				t.Fatal(err)
-			}
-			if _, found := kl.statusManager.GetPodStatus(pod.UID); found {
-				t.Fatal("the held pod has a status: it was rejected")
-			}
-			if _, ok := critletWorker(kl.podWorkers.(*podWorkers), pod.UID); ok || kl.allocationManager.HasPodAllocatedResources(pod.UID) {
-				t.Fatal("the held pod was handed to a pod worker or allocated")
-			}
+			critletAddHeld(tCtx, t, kl, pod)
 			if events := critletEvents(recorder); !critletHasEvent(events, critletReasonWaitingForPreemptedPods) {
 				t.Errorf("events %v, want %s", events, critletReasonWaitingForPreemptedPods)
 			}

@@ -19,22 +19,26 @@ import (
 	critletsettings "github.com/critlet/critlet/pkg/settings"
 )
 
-// critletCountingAdmitHandler refuses while refuse is true and counts the
-// admissions it was asked for.
+// critletCountingAdmitHandler refuses while refuse is true, with refusal
+// (OutOfcpu when unset), and counts the admissions it was asked for.
 type critletCountingAdmitHandler struct {
-	mu     sync.Mutex
-	refuse bool
-	asked  int
+	mu      sync.Mutex
+	refuse  bool
+	refusal lifecycle.PodAdmitResult
+	asked   int
 }
 
 func (h *critletCountingAdmitHandler) Admit(context.Context, *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.asked++
-	if h.refuse {
-		return lifecycle.PodAdmitResult{Admit: false, Reason: "OutOfcpu", Message: "no room"}
+	switch {
+	case !h.refuse:
+		return lifecycle.PodAdmitResult{Admit: true}
+	case h.refusal.Reason != "":
+		return h.refusal
 	}
-	return lifecycle.PodAdmitResult{Admit: true}
+	return lifecycle.PodAdmitResult{Admit: false, Reason: "OutOfcpu", Message: "no room"}
 }
 
 func (h *critletCountingAdmitHandler) set(refuse bool) (asked int) {

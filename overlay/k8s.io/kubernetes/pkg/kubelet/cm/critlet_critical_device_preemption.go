@@ -244,7 +244,7 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 	for _, s := range short {
 		f.resources = append(f.resources, v1.ResourceName(s.Resource))
 	}
-	n, left, err := w.preempt.PreemptForDevices(w.ctx, attrs.Pod, reasons, held, w.stuck, func(freed bool, failed []types.UID) {
+	n, left, err := w.preempt.PreemptForDevices(w.ctx, attrs.Pod, reasons, held, w.stuck(), func(freed bool, failed []types.UID) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		f.ended, f.freed = true, freed
@@ -260,24 +260,23 @@ func (w *critletDevicePreemption) Admit(ctx context.Context, attrs *lifecycle.Po
 	return w.holding(f, attrs.Pod)
 }
 
-// stuck reports a victim of an earlier device preemption whose kill
-// failed, while it is still active: killed again, it would free nothing
-// sooner. The list forgets pods no longer active as it is read.
-func (w *critletDevicePreemption) stuck(uid types.UID) bool {
+// stuck returns the test of a victim of an earlier device preemption
+// whose kill failed and which is still active: killed again, it would
+// free nothing sooner. Those no longer active are forgotten. O(active
+// pods) once, then O(1) a pod.
+func (w *critletDevicePreemption) stuck() func(types.UID) bool {
 	w.mu.Lock()
-	failed := slices.Clone(w.failed)
-	w.mu.Unlock()
-	if len(failed) == 0 {
-		return false
+	defer w.mu.Unlock()
+	if len(w.failed) == 0 {
+		return func(types.UID) bool { return false }
 	}
 	active := sets.New[types.UID]()
 	for _, p := range w.activePods() {
 		active.Insert(p.UID)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.failed = slices.DeleteFunc(w.failed, func(u types.UID) bool { return !active.Has(u) })
-	return slices.Contains(w.failed, uid) && active.Has(uid)
+	still := sets.New(w.failed...)
+	return still.Has
 }
 
 // critletRequestsAny reports whether any container of pod asks for one of

@@ -337,14 +337,9 @@ func TestNearTieNodeMatchesStock(t *testing.T) {
 // no usable device is passed over for one that does.
 func TestHandleDeviceShortfallWeighsHeldDevices(t *testing.T) {
 	const gpu = v1.ResourceName("example.com/gpu")
-	withGPU := func(p *v1.Pod) *v1.Pod {
-		p = p.DeepCopy()
-		p.Spec.Containers[0].Resources.Requests[gpu] = resource.MustParse("1")
-		return p
-	}
-	stale, holder := withGPU(smallBurstable), withGPU(largeBurstable)
+	stale, holder := withOneOf(gpu, smallBurstable), withOneOf(gpu, largeBurstable)
 	pods := []*v1.Pod{stale, holder}
-	critical := withGPU(clusterCritPod)
+	critical := withOneOf(gpu, clusterCritPod)
 	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}
 	heldByHolder := func(p *v1.Pod, r v1.ResourceName) (int64, bool) {
 		if r != gpu {
@@ -444,19 +439,14 @@ func preemptForDevices(t *testing.T, h *CriticalPodAdmissionHandler, pod *v1.Pod
 // the critical pod's event says its admission follows.
 func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 	const gpu = v1.ResourceName("example.com/gpu")
-	withGPU := func(p *v1.Pod) *v1.Pod {
-		p = p.DeepCopy()
-		p.Spec.Containers[0].Resources.Requests[gpu] = resource.MustParse("1")
-		return p
-	}
-	stuck, holder := withGPU(smallBurstable), withGPU(largeBurstable)
+	stuck, holder := withOneOf(gpu, smallBurstable), withOneOf(gpu, largeBurstable)
 	release, started := make(chan struct{}), make(chan struct{}, 1)
 	k := &recordingKill{also: func(*v1.Pod) error { started <- struct{}{}; <-release; return nil }}
 	events := record.NewFakeRecorder(10)
 	h := newHandler(func() []*v1.Pod { return []*v1.Pod{stuck, holder} }, k.kill, events, settings.Upstream())
 	ended := make(chan bool, 1)
 	exclude := func(uid k8stypes.UID) bool { return uid == stuck.UID }
-	n, left, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil, exclude,
+	n, left, err := h.PreemptForDevices(context.Background(), withOneOf(gpu, clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil, exclude,
 		func(freed bool, _ []k8stypes.UID) { ended <- freed })
 	if err != nil || len(left) != 0 || n != 1 {
 		t.Fatalf("chose %d victims, left %v, err %v; want one", n, left, err)
@@ -487,7 +477,7 @@ func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 		t.Errorf("last event %q, want %s saying admission follows", last, reasonPreempted)
 	}
 	// With every holder excluded, nothing is chosen: refused.
-	if _, _, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil,
+	if _, _, err := h.PreemptForDevices(context.Background(), withOneOf(gpu, clusterCritPod), []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1)}, nil,
 		func(k8stypes.UID) bool { return true }, func(bool, []k8stypes.UID) { t.Error("done called for a refusal") }); err == nil {
 		t.Error("every holder excluded: not refused")
 	}
@@ -498,12 +488,7 @@ func TestPreemptForDevicesKillsWithoutWaiting(t *testing.T) {
 // leaves it short.
 func TestPreemptForDevicesReportsAFailedKill(t *testing.T) {
 	const gpu = v1.ResourceName("example.com/gpu")
-	withGPU := func(p *v1.Pod) *v1.Pod {
-		p = p.DeepCopy()
-		p.Spec.Containers[0].Resources.Requests[gpu] = resource.MustParse("1")
-		return p
-	}
-	a, b := withGPU(smallBurstable), withGPU(largeBurstable)
+	a, b := withOneOf(gpu, smallBurstable), withOneOf(gpu, largeBurstable)
 	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 2)}
 	for _, c := range []struct {
 		name   string
@@ -523,7 +508,7 @@ func TestPreemptForDevicesReportsAFailedKill(t *testing.T) {
 			failed []k8stypes.UID
 		}
 		ended := make(chan result, 1)
-		n, _, err := h.PreemptForDevices(context.Background(), withGPU(clusterCritPod), reasons, nil, func(k8stypes.UID) bool { return false },
+		n, _, err := h.PreemptForDevices(context.Background(), withOneOf(gpu, clusterCritPod), reasons, nil, func(k8stypes.UID) bool { return false },
 			func(freed bool, failed []k8stypes.UID) { ended <- result{freed, failed} })
 		if err != nil || n != 2 {
 			t.Fatalf("%s: %d victims, err %v; want 2", c.name, n, err)
@@ -571,4 +556,11 @@ func TestHeldPodsAreNoVictims(t *testing.T) {
 			t.Errorf("%s, device path: killed %v, want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// withOneOf is a copy of p requesting one of name in its first container.
+func withOneOf(name v1.ResourceName, p *v1.Pod) *v1.Pod {
+	p = p.DeepCopy()
+	p.Spec.Containers[0].Resources.Requests[name] = resource.MustParse("1")
+	return p
 }
