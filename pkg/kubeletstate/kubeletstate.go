@@ -14,12 +14,15 @@
 //     the record could not be opened.
 //   - KillRetries: made with the process; the pod workers' hook records
 //     retries in it, the admission handler reads their count.
+//   - PreemptingEvents: by the preemption-resume patch with Checkpoints,
+//     when the kubelet has an API client; nil otherwise.
 //   - Held: by the kubelet package when it loads (the pods device
 //     re-admission and device preemption hold, unadmitted); the admission
 //     handler passes over them.
 package kubeletstate
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync"
@@ -36,6 +39,9 @@ type State struct {
 	Settings    settings.Settings
 	Checkpoints *checkpoint.Store
 	KillRetries *killretry.Tracker
+	// PreemptingEvents reports whether the API server holds a Preempting
+	// event from a kubelet for the pod uid in namespace.
+	PreemptingEvents func(ctx context.Context, namespace string, uid types.UID) (bool, error)
 	// Held reports a pod the kubelet holds unadmitted: in its pod manager
 	// and active, but with nothing allocated, nothing running.
 	Held func(types.UID) bool
@@ -65,6 +71,14 @@ func SetCheckpoints(s *checkpoint.Store) {
 	mu.Lock()
 	defer mu.Unlock()
 	state.Checkpoints = s
+}
+
+// SetPreemptingEvents publishes the API lookup of a victim's Preempting
+// event.
+func SetPreemptingEvents(lookup func(ctx context.Context, namespace string, uid types.UID) (bool, error)) {
+	mu.Lock()
+	defer mu.Unlock()
+	state.PreemptingEvents = lookup
 }
 
 // SetHeld publishes the kubelet's test of a held pod.

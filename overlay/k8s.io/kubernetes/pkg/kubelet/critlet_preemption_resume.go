@@ -14,7 +14,12 @@ import (
 	"context"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/events"
 
 	"github.com/critlet/critlet/pkg/checkpoint"
 	"github.com/critlet/critlet/pkg/kubeletstate"
@@ -22,9 +27,11 @@ import (
 )
 
 // critletResumePreemptions opens the preemption checkpoint under
-// rootDirectory. A kubelet that cannot keep it runs on without resuming
-// (as the stock kubelet), saying so.
-func critletResumePreemptions(ctx context.Context, rootDirectory string) {
+// rootDirectory, and gives the handler client to look up the Preempting
+// events an earlier kubelet may not have sent. A kubelet that cannot keep
+// the checkpoint runs on without resuming (as the stock kubelet), saying
+// so.
+func critletResumePreemptions(ctx context.Context, rootDirectory string, client clientset.Interface) {
 	if !kubeletstate.Get().Settings.On(patched.PreemptionResume) {
 		return
 	}
@@ -35,4 +42,20 @@ func critletResumePreemptions(ctx context.Context, rootDirectory string) {
 		return
 	}
 	kubeletstate.SetCheckpoints(store)
+	if client != nil {
+		kubeletstate.SetPreemptingEvents(func(ctx context.Context, namespace string, uid types.UID) (bool, error) {
+			return critletHasPreemptingEvent(ctx, client, namespace, uid)
+		})
+	}
+}
+
+// critletHasPreemptingEvent reports whether the API server holds a
+// Preempting event a kubelet recorded for the pod uid.
+func critletHasPreemptingEvent(ctx context.Context, client clientset.Interface, namespace string, uid types.UID) (bool, error) {
+	sel := fields.Set{"involvedObject.uid": string(uid), "reason": events.PreemptContainer, "source": "kubelet"}
+	list, err := client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: sel.AsSelector().String()})
+	if err != nil {
+		return false, err
+	}
+	return len(list.Items) > 0, nil
 }

@@ -3,6 +3,7 @@ package preemption
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -30,6 +31,10 @@ type CriticalPodAdmissionHandler struct {
 	killPodFunc eviction.KillPodFunc
 	recorder    record.EventRecorder
 	opts        settings.Settings
+	// eventWait bounds the lookup of a resumed victim's Preempting event
+	// (resume.go); lookups counts those running.
+	eventWait time.Duration
+	lookups   sync.WaitGroup
 }
 
 var _ lifecycle.AdmissionFailureHandler = &CriticalPodAdmissionHandler{}
@@ -62,7 +67,7 @@ func patchNames() []string {
 }
 
 func newHandler(getPodsFunc eviction.ActivePodsFunc, killPodFunc eviction.KillPodFunc, recorder record.EventRecorder, opts settings.Settings) *CriticalPodAdmissionHandler {
-	return &CriticalPodAdmissionHandler{getPodsFunc: getPodsFunc, killPodFunc: killPodFunc, recorder: recorder, opts: opts}
+	return &CriticalPodAdmissionHandler{getPodsFunc: getPodsFunc, killPodFunc: killPodFunc, recorder: recorder, opts: opts, eventWait: resumedEventWait}
 }
 
 // HandleAdmissionFailure is called with the reasons admitPod was refused.
