@@ -41,7 +41,7 @@ func TestDevicePluginBackAfterReboot(t *testing.T) {
 	runScenario(t, "24 device plugin back after a reboot", opts, func(e *env) {
 		holds := e.kubelet.name == deviceReadmitting.name
 		ids := []string{"widget-0", "widget-1", "widget-2"}
-		_, stop := e.runDevicePlugin(string(widget), ids...)
+		stop := e.runDevicePlugin(string(widget), ids...).stop
 		e.t.Cleanup(stop)
 		e.waitAllocatable(widget, 3)
 		withWidget := func(s podSpec) podSpec {
@@ -168,7 +168,7 @@ func (e *env) restartKubeletWithPlugin(holder *v1.Pod, resource v1.ResourceName,
 	if err := suite.StartKubelet(e.ctx); err != nil {
 		e.t.Fatalf("starting the kubelet again: %v", err)
 	}
-	_, stop := e.runDevicePlugin(string(resource), ids...)
+	stop := e.runDevicePlugin(string(resource), ids...).stop
 	e.t.Cleanup(stop)
 	// The kubelet admits the pods it finds in order; a pod created now is
 	// admitted after the holder, so once it runs the holder has been.

@@ -230,6 +230,9 @@ type podSpec struct {
 	// stubbornSibling adds a container "stubborn" that ignores SIGTERM,
 	// so that the pod's kill lasts its whole grace period.
 	stubbornSibling bool
+	// initResources, when set, adds an init container "init" that exits at
+	// once, with these as its requests and limits.
+	initResources v1.ResourceList
 }
 
 // stubbornName is the container stubbornSibling adds.
@@ -276,6 +279,15 @@ func (s podSpec) pod(node string) *v1.Pod {
 		p.Spec.Volumes = []v1.Volume{{Name: "witness", VolumeSource: v1.VolumeSource{
 			HostPath: &v1.HostPathVolumeSource{Path: s.hostDir, Type: ptr.To(v1.HostPathDirectoryOrCreate)}}}}
 		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "witness", MountPath: "/witness"}}
+	}
+	if s.initResources != nil {
+		p.Spec.InitContainers = []v1.Container{{
+			Name:            "init",
+			Image:           localnode.BusyboxImage,
+			ImagePullPolicy: v1.PullNever,
+			Command:         []string{"/bin/sh", "-c", "true"},
+			Resources:       v1.ResourceRequirements{Requests: s.initResources, Limits: s.initResources},
+		}}
 	}
 	if s.stubbornSibling {
 		p.Spec.Containers = append(p.Spec.Containers, v1.Container{

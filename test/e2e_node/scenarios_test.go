@@ -257,7 +257,7 @@ func TestDevicePluginResource(t *testing.T) {
 	runScenario(t, "6 device-plugin resource", opts, func(e *env) {
 		preempts := e.kubelet.name == devicePreempting.name
 		skips := e.kubelet.name == devicePreemptingSingleNUMA.name
-		allocated := e.startDevicePlugin(string(widget), "widget-0", "widget-1", "widget-2", "widget-3")
+		allocated := e.startDevicePlugin(string(widget), "widget-0", "widget-1", "widget-2", "widget-3").allocated
 		e.waitAllocatable(widget, 4)
 		e.ensurePriorityClass("critlet-e2e-high", 1000)
 		// Each ignores SIGTERM, so a victim ends Failed/Preempting after
@@ -436,6 +436,60 @@ func TestDevicePreemptionLongGrace(t *testing.T) {
 			e.t.Errorf("critical pod ran %s after its creation, before its victim's %ds shutdown could end", e.row.latency, shutdown)
 		}
 		e.note("critical pod ran %s after its creation", e.row.latency.Round(time.Second))
+	})
+}
+
+// Victims are credited with the healthy devices they hold, init
+// containers' included. Six widgets, all held by pods ignoring SIGTERM: a
+// BestEffort pod whose widget the plugin then reports unhealthy, a
+// Burstable pod whose init container took two widgets and whose container
+// uses one of them (the pod holds both until it ends), a smaller Burstable
+// pod with one, a Guaranteed pod with two. A critical pod short of one
+// widget preempts the small Burstable pod, never the BestEffort one alone
+// (its kill would free nothing allocatable); a second, short of two,
+// preempts the pod with the init container, whose two widgets it then runs
+// on. (Credited by request, the first would preempt only the BestEffort
+// pod; with the init container's widgets not counted, the second would
+// take the Guaranteed pod.) critlet's setting only: the stock kubelet
+// kills nothing for devices.
+func TestDeviceVictimsCreditedWithHeldDevices(t *testing.T) {
+	const widget = v1.ResourceName("critlet.example/widget")
+	opts := scenarioOptions{critletOnly: []kubeletUnderTest{devicePreempting}, timeout: 8 * time.Minute}
+	runScenario(t, "6c device victims' held devices", opts, func(e *env) {
+		plugin := e.startDevicePlugin(string(widget), "widget-0", "widget-1", "widget-2", "widget-3", "widget-4", "widget-5")
+		e.waitAllocatable(widget, 6)
+		sick := e.createRunning(holdingDevices(bestEffort("holder-sick"), widget, "1", 1))[0]
+		plugin.reportUnhealthy(e.deviceHolders(widget)[sick.Name]...)
+		e.waitAllocatable(widget, 5)
+		withInit := holdingDevices(burstable("holder-init", "100m", "100Mi"), widget, "1", 1)
+		withInit.initResources = v1.ResourceList{widget: resource.MustParse("2")}
+		kept := e.createRunning(withInit,
+			holdingDevices(burstable("holder-small", "100m", "50Mi"), widget, "1", 1),
+			holdingDevices(guaranteed("holder-guaranteed", "100m", "50Mi"), widget, "2", 1))
+		held := e.deviceHolders(widget)
+		if n := len(held["holder-init"]); n != 2 {
+			e.t.Fatalf("the pod with the init container holds widgets %v, want 2", held["holder-init"])
+		}
+
+		start := time.Now()
+		for _, step := range []struct {
+			name, widgets, victim string
+		}{
+			{"critical-one-widget", "1", "holder-small"},
+			{"critical-two-widgets", "2", "holder-init"},
+		} {
+			crit := e.create(holdingDevices(critical(step.name, resources("10m", "10Mi")), widget, step.widgets, 1))
+			crit = e.waitPhase(crit, 2*time.Minute, v1.PodRunning)
+			if got := e.deviceHolders(widget)[crit.Name]; !slices.Equal(got, held[step.victim]) {
+				e.t.Errorf("%s runs on widgets %v, want %s's %v", crit.Name, got, step.victim, held[step.victim])
+			}
+		}
+		e.row.latency = time.Since(start)
+		e.expectVictims("holder-init", "holder-small")
+		for _, p := range []*v1.Pod{sick, kept[2]} {
+			e.expectPhase(p, v1.PodRunning)
+		}
+		e.note("unhealthy widget %v spared with its holder; both critical pods ran in %s", held[sick.Name], e.row.latency.Round(time.Second))
 	})
 }
 
@@ -788,20 +842,57 @@ func (e *env) priorityPolicy(byPriority bool) {
 
 // startDevicePlugin serves devices of resource with upstream's device-plugin
 // stub (the one upstream's node e2e uses), registered with the node's
-// kubelet, until the scenario ends. It returns the device IDs the kubelet
-// has had allocated so far.
-func (e *env) startDevicePlugin(resource string, ids ...string) (allocated func() []string) {
+// kubelet, until the scenario ends.
+func (e *env) startDevicePlugin(resource string, ids ...string) *devicePlugin {
 	e.t.Helper()
-	allocated, stop := e.runDevicePlugin(resource, ids...)
-	e.t.Cleanup(stop)
-	return allocated
+	p := e.runDevicePlugin(resource, ids...)
+	e.t.Cleanup(p.stop)
+	return p
+}
+
+// devicePlugin is a running device-plugin stub: allocated lists the device
+// IDs the kubelet's Allocate calls asked for; stop stops the plugin (its
+// socket removed, as a plugin that exits leaves it), once.
+type devicePlugin struct {
+	e    *env
+	stub *devicepluginstub.Stub
+	ids  []string
+	mu   sync.Mutex
+	got  []string
+	once sync.Once
+}
+
+func (p *devicePlugin) allocated() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.got)
+}
+
+func (p *devicePlugin) stop() {
+	p.once.Do(func() {
+		if err := p.stub.Stop(klog.Background()); err != nil {
+			p.e.t.Errorf("stopping the device plugin: %v", err)
+		}
+	})
+}
+
+// reportUnhealthy has the plugin list its devices again, those in
+// unhealthy as Unhealthy, as a plugin does when a device fails.
+func (p *devicePlugin) reportUnhealthy(unhealthy ...string) {
+	var devs []*pluginapi.Device
+	for _, id := range p.ids {
+		health := pluginapi.Healthy
+		if slices.Contains(unhealthy, id) {
+			health = pluginapi.Unhealthy
+		}
+		devs = append(devs, &pluginapi.Device{ID: id, Health: health})
+	}
+	p.stub.Update(devs)
 }
 
 // runDevicePlugin starts upstream's device-plugin stub offering ids of
-// resource, healthy, and registers it with the kubelet. allocated lists
-// the device IDs the kubelet's Allocate calls asked for; stop stops the
-// plugin (its socket removed, as a plugin that exits leaves it), once.
-func (e *env) runDevicePlugin(resource string, ids ...string) (allocated func() []string, stop func()) {
+// resource, healthy, and registers it with the kubelet.
+func (e *env) runDevicePlugin(resource string, ids ...string) *devicePlugin {
 	e.t.Helper()
 	dir := suite.Config().DevicePluginDir()
 	var devs []*pluginapi.Device
@@ -811,40 +902,26 @@ func (e *env) runDevicePlugin(resource string, ids ...string) (allocated func() 
 	// The kubelet's socket, as the host sees its device-plugin directory.
 	kubeletSock := filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket))
 	e.waitKubeletRegistration(kubeletSock)
-	logger := klog.Background()
-	stub := devicepluginstub.NewDevicePluginStub(logger, devs, filepath.Join(dir, "critlet-e2e.sock"), resource, false, false)
-	var mu sync.Mutex
-	var got []string
-	stub.SetAllocFunc(func(r *pluginapi.AllocateRequest, _ map[string]*pluginapi.Device) (*pluginapi.AllocateResponse, error) {
+	p := &devicePlugin{e: e, ids: slices.Clone(ids)}
+	p.stub = devicepluginstub.NewDevicePluginStub(klog.Background(), devs, filepath.Join(dir, "critlet-e2e.sock"), resource, false, false)
+	p.stub.SetAllocFunc(func(r *pluginapi.AllocateRequest, _ map[string]*pluginapi.Device) (*pluginapi.AllocateResponse, error) {
 		resp := &pluginapi.AllocateResponse{}
 		for _, c := range r.ContainerRequests {
-			mu.Lock()
-			got = append(got, c.DevicesIds...)
-			mu.Unlock()
+			p.mu.Lock()
+			p.got = append(p.got, c.DevicesIds...)
+			p.mu.Unlock()
 			resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{})
 		}
 		return resp, nil
 	})
-	if err := stub.Start(e.ctx); err != nil {
+	if err := p.stub.Start(e.ctx); err != nil {
 		e.t.Fatalf("starting the device plugin: %v", err)
 	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			if err := stub.Stop(logger); err != nil {
-				e.t.Errorf("stopping the device plugin: %v", err)
-			}
-		})
-	}
-	if err := stub.Register(e.ctx, kubeletSock, resource, dir); err != nil {
-		stop()
+	if err := p.stub.Register(e.ctx, kubeletSock, resource, dir); err != nil {
+		p.stop()
 		e.t.Fatalf("registering the device plugin: %v", err)
 	}
-	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(got)
-	}, stop
+	return p
 }
 
 // waitKubeletRegistration waits until a kubelet accepts connections on its

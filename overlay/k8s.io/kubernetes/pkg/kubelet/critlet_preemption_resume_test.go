@@ -81,3 +81,20 @@ func TestCritletHasPreemptingEvent(t *testing.T) {
 		t.Error("a failed list answered, want its error")
 	}
 }
+
+// The hook in NewMainKubelet: upstream's own test builds a kubelet through
+// it (standalone, root directory /tmp/rootdir); with the setting on that
+// kubelet's handler has the record, off it has none.
+func TestCritletResumeHookInNewMainKubelet(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(map[bool]string{false: "off", true: "on"}[on], func(t *testing.T) {
+			critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.PreemptionResume, on) })
+			kubeletstate.SetCheckpoints(nil)
+			t.Cleanup(func() { kubeletstate.SetCheckpoints(nil) })
+			TestNewMainKubeletStandAlone(t)
+			if got := kubeletstate.Get().Checkpoints != nil; got != on {
+				t.Errorf("setting %v: the record opened by NewMainKubelet: %v", on, got)
+			}
+		})
+	}
+}
