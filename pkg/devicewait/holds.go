@@ -65,6 +65,26 @@ func AwayPlugin(message string) (resource string, ok bool) {
 	return "", false
 }
 
+// WithoutHealthyDevices returns, sorted, the resources among requested
+// that the device manager knows (known: its plugin registered, or
+// devices of it checkpointed) with no healthy device. Under the topology
+// manager's restricted and single-numa-node policies a pod short of such
+// a resource is refused before the device manager allocates: the device
+// manager has no hint for it, and the refusal is TopologyAffinityError,
+// which names no resource; these are the ones it waits for. A resource no
+// device plugin serves (a node's extended resource) is never known, and
+// never waited for. O(len(requested)).
+func WithoutHealthyDevices(requested []string, known func(resource string) bool, healthy map[string]int64) []string {
+	var out []string
+	for _, r := range requested {
+		if known(r) && healthy[r] == 0 && !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Held is a pod waiting for device plugins, or for the pods preempted for
 // its devices to terminate.
 type Held struct {

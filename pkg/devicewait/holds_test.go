@@ -254,3 +254,26 @@ func TestHoldPreemptingIgnoresTheWindow(t *testing.T) {
 		t.Errorf("held for its plugin after a preemption's retries: tried %v, want at once with no retries counted", uids(retry))
 	}
 }
+
+// Waited for under a topology policy: each requested resource the device
+// manager knows with no healthy device, once; not one with healthy
+// devices, nor one no plugin serves.
+func TestWithoutHealthyDevices(t *testing.T) {
+	known := func(r string) bool { return r == widget || r == gadget }
+	healthy := map[string]int64{gadget: 2}
+	for _, tc := range []struct {
+		requested, want []string
+	}{
+		{[]string{gadget, widget, widget}, []string{widget}},
+		{[]string{gadget}, nil},
+		{[]string{"example.com/node-extended", widget}, []string{widget}},
+		{nil, nil},
+	} {
+		if got := WithoutHealthyDevices(tc.requested, known, healthy); !slices.Equal(got, tc.want) {
+			t.Errorf("requested %v: %v, want %v", tc.requested, got, tc.want)
+		}
+	}
+	if got := WithoutHealthyDevices([]string{gadget, widget}, known, nil); !slices.Equal(got, []string{gadget, widget}) {
+		t.Errorf("no healthy device at all: %v, want both, sorted", got)
+	}
+}

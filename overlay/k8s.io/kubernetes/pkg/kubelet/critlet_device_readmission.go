@@ -53,7 +53,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
-	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 
 	"github.com/critlet/critlet/pkg/critletmetrics"
@@ -195,7 +194,8 @@ func critletPassOverHeld(p *podWorkers, logger klog.Logger, uid types.UID, updat
 // refused pod, before it rejects it. It reports whether the pod is held:
 // refused by the device manager for a plugin that is away (unregistered, or
 // no healthy device), within the window, when it waits for the resource
-// the refusal names; or refused while pods preempted for devices
+// the refusal names (critletAwayPlugins; under a topology policy, the
+// resources it requests with no healthy device); or refused while pods preempted for devices
 // terminate, when it waits for them.
 func (kl *Kubelet) critletHoldForDevices(ctx context.Context, pod *v1.Pod, reason, message string) bool {
 	h := kl.critletHeldForDevices()
@@ -215,15 +215,8 @@ func (kl *Kubelet) critletHoldForDevices(ctx context.Context, pod *v1.Pod, reaso
 		}
 		return true
 	}
-	if reason != lifecycle.UnexpectedAdmissionError {
-		return false
-	}
-	away, ok := devicewait.AwayPlugin(message)
-	if !ok {
-		return false
-	}
-	waiting := []string{away}
-	if !h.Hold(pod.UID, waiting, reason, message, kl.clock.Now()) {
+	waiting := kl.critletAwayPlugins(logger, pod, reason, message)
+	if len(waiting) == 0 || !h.Hold(pod.UID, waiting, reason, message, kl.clock.Now()) {
 		return false
 	}
 	// A pod admitted before a reboot still has its allocation checkpointed;
@@ -306,8 +299,7 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 				}
 				continue
 			}
-			if away, isAway := devicewait.AwayPlugin(message); isAway && reason == lifecycle.UnexpectedAdmissionError &&
-				h.Hold(pod.UID, []string{away}, reason, message, start) {
+			if away := kl.critletAwayPlugins(logger, pod, reason, message); len(away) > 0 && h.Hold(pod.UID, away, reason, message, start) {
 				critletmetrics.DeviceReadmissions.WithLabelValues("held").Inc()
 				logger.Info("Held pod refused again for device plugins; it stays held", "pod", klog.KObj(pod), "podUID", pod.UID, "message", message)
 				continue

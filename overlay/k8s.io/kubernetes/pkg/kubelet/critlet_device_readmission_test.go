@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
 	"k8s.io/kubernetes/test/utils/ktesting"
@@ -49,7 +50,9 @@ type critletPluginState struct {
 	// awayAs, when set, is the resource an away refusal names: another
 	// plugin the pod needs, still away.
 	awayAs string
-	asked  int
+	// topology: a topology policy's refusal while no device is healthy.
+	topology bool
+	asked    int
 }
 
 func (s *critletPluginState) Admit(context.Context, *lifecycle.PodAdmitAttributes) lifecycle.PodAdmitResult {
@@ -62,6 +65,8 @@ func (s *critletPluginState) Admit(context.Context, *lifecycle.PodAdmitAttribute
 	case s.short:
 		return lifecycle.PodAdmitResult{Reason: lifecycle.UnexpectedAdmissionError,
 			Message: "Allocate failed due to requested number of devices unavailable for " + critletWidget + ". Requested: 1, Available: 0, which is unexpected"}
+	case s.topology && s.healthy == 0:
+		return lifecycle.PodAdmitResult{Reason: topologymanager.ErrorTopologyAffinity, Message: "Resources cannot be allocated with Topology locality"}
 	case s.awayOnAdmit:
 		s.healthy = 0
 		fallthrough

@@ -1,0 +1,98 @@
+//go:build critlet_patch
+
+package kubelet
+
+// Device re-admission under the topology manager's restricted and
+// single-numa-node policies. A plugin registered with no healthy device
+// (a GPU still initializing after a reboot) gives the device manager no
+// topology hint for its resource, and the topology manager refuses the pod
+// (TopologyAffinityError) before the device manager would have refused it
+// for the plugin ("no healthy devices present"). That refusal names no
+// resource: the pod waits for each resource it requests that the device
+// manager knows with no healthy device.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	devicecheckpoint "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/checkpoint"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+
+	"github.com/critlet/critlet/pkg/devicewait"
+)
+
+// critletDeviceCheckpoint is the device manager's checkpoint: its
+// directory is its plugins' socket directory, fixed upstream.
+var critletDeviceCheckpoint = filepath.Join(pluginapi.DevicePluginPath, "kubelet_internal_checkpoint")
+
+// critletRegisteredDevices returns the device IDs the device manager's
+// checkpoint lists by resource, healthy or not: the resources whose
+// plugins registered, in this kubelet's life or the one before. The file
+// is read, never created; its checksum is checked. (The container
+// manager's capacity also lists them, but reading it forgets the plugins
+// gone past their grace period, which the node status must be told.)
+func critletRegisteredDevices() (map[string][]string, error) {
+	blob, err := os.ReadFile(critletDeviceCheckpoint)
+	if err != nil {
+		return nil, err
+	}
+	cp := devicecheckpoint.New(nil, nil)
+	if err := cp.UnmarshalCheckpoint(blob); err != nil {
+		return nil, fmt.Errorf("device manager checkpoint %s: %w", critletDeviceCheckpoint, err)
+	}
+	if err := cp.VerifyChecksum(); err != nil {
+		return nil, fmt.Errorf("device manager checkpoint %s: %w", critletDeviceCheckpoint, err)
+	}
+	_, registered := cp.GetData()
+	return registered, nil
+}
+
+// critletReadRegisteredDevices is critletRegisteredDevices; tests replace it.
+var critletReadRegisteredDevices = critletRegisteredDevices
+
+// critletAwayPlugins returns the resources pod waits for when admission
+// refused it with reason and message because device plugins are away:
+// the resource the device manager's refusal names, or, for the topology
+// manager's refusal, each requested resource the device manager knows
+// with no healthy device. None for any other refusal, or when the device
+// manager's checkpoint cannot be read (the pod is then refused as
+// upstream refuses it).
+func (kl *Kubelet) critletAwayPlugins(logger klog.Logger, pod *v1.Pod, reason, message string) []string {
+	switch reason {
+	case lifecycle.UnexpectedAdmissionError:
+		if away, ok := devicewait.AwayPlugin(message); ok {
+			return []string{away}
+		}
+	case topologymanager.ErrorTopologyAffinity:
+		registered, err := critletReadRegisteredDevices()
+		if err != nil {
+			logger.Error(err, "Cannot tell whether a topology refusal is for device plugins not back yet; refusing the pod as upstream", "pod", klog.KObj(pod))
+			return nil
+		}
+		known := func(r string) bool { return len(registered[r]) > 0 }
+		return devicewait.WithoutHealthyDevices(critletRequestedResources(pod), known, kl.critletHealthyDevices(logger))
+	}
+	return nil
+}
+
+// critletRequestedResources lists the resources pod's containers, init
+// containers included, request or limit (a device's request defaults to
+// its limit).
+func critletRequestedResources(pod *v1.Pod) []string {
+	var out []string
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, l := range []v1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+				for r := range l {
+					out = append(out, string(r))
+				}
+			}
+		}
+	}
+	return out
+}
