@@ -14,8 +14,8 @@
 //     the record could not be opened.
 //   - KillRetries: made with the process; the pod workers' hook records
 //     retries in it, the admission handler reads their count.
-//   - PreemptingEvents: by the preemption-resume patch with Checkpoints,
-//     when the kubelet has an API client; nil otherwise.
+//   - Events: by the preemption-resume patch with Checkpoints, when the
+//     kubelet has an API client; nil otherwise.
 //   - Held: by the kubelet package when it loads (the pods device
 //     re-admission and device preemption hold, unadmitted); the admission
 //     handler passes over them.
@@ -27,6 +27,7 @@ import (
 	"os"
 	"sync"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/critlet/critlet/pkg/checkpoint"
@@ -39,9 +40,9 @@ type State struct {
 	Settings    settings.Settings
 	Checkpoints *checkpoint.Store
 	KillRetries *killretry.Tracker
-	// PreemptingEvents reports whether the API server holds a Preempting
-	// event from a kubelet for the pod uid in namespace.
-	PreemptingEvents func(ctx context.Context, namespace string, uid types.UID) (bool, error)
+	// Events creates events in the API server as the kubelet's recorder
+	// sends them, for a patch that must know one was delivered.
+	Events *EventSink
 	// Held reports a pod the kubelet holds unadmitted: in its pod manager
 	// and active, but with nothing allocated, nothing running.
 	Held func(types.UID) bool
@@ -73,12 +74,18 @@ func SetCheckpoints(s *checkpoint.Store) {
 	state.Checkpoints = s
 }
 
-// SetPreemptingEvents publishes the API lookup of a victim's Preempting
-// event.
-func SetPreemptingEvents(lookup func(ctx context.Context, namespace string, uid types.UID) (bool, error)) {
+// EventSink creates events as the kubelet's recorder does: Create sends
+// one (its errors the API server's), Source is the recorder's source.
+type EventSink struct {
+	Create func(ctx context.Context, event *v1.Event) error
+	Source v1.EventSource
+}
+
+// SetEvents publishes the kubelet's event sink.
+func SetEvents(sink *EventSink) {
 	mu.Lock()
 	defer mu.Unlock()
-	state.PreemptingEvents = lookup
+	state.Events = sink
 }
 
 // SetHeld publishes the kubelet's test of a held pod.

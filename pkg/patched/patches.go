@@ -80,7 +80,7 @@ var (
 			File: "pkg/kubelet/kubelet.go",
 			Func: "NewMainKubelet",
 			Line: "criticalPodAdmissionHandler := preemption.NewCriticalPodAdmissionHandler(klet.getAllocatedPods, killPodNow(ctx, klet.podWorkers, kubeDeps.Recorder), kubeDeps.Recorder)",
-			Call: "critletResumePreemptions(ctx, rootDirectory, kubeDeps.KubeClient)",
+			Call: "critletResumePreemptions(ctx, rootDirectory, kubeDeps.EventClient, nodeName)",
 		}},
 		Proof: []Reach{{
 			From: UpstreamModule + "/pkg/kubelet.NewMainKubelet",

@@ -14,12 +14,12 @@ import (
 	"context"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	clientset "k8s.io/client-go/kubernetes"
+	v1core "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/kubelet/events"
+	"k8s.io/kubernetes/pkg/kubelet/server"
 
 	"github.com/critlet/critlet/pkg/checkpoint"
 	"github.com/critlet/critlet/pkg/kubeletstate"
@@ -27,11 +27,12 @@ import (
 )
 
 // critletResumePreemptions opens the preemption checkpoint under
-// rootDirectory, and gives the handler client to look up the Preempting
-// events an earlier kubelet may not have sent. A kubelet that cannot keep
-// the checkpoint runs on without resuming (as the stock kubelet), saying
-// so.
-func critletResumePreemptions(ctx context.Context, rootDirectory string, client clientset.Interface) {
+// rootDirectory, and gives the handler events, the kubelet's event client,
+// to send victims' Preempting events under names every kubelet resuming
+// the preemption gives them alike (the recorder names each event after
+// the moment it makes it). A kubelet that cannot keep the checkpoint runs
+// on without resuming (as the stock kubelet), saying so.
+func critletResumePreemptions(ctx context.Context, rootDirectory string, events v1core.EventsGetter, nodeName types.NodeName) {
 	if !kubeletstate.Get().Settings.On(patched.PreemptionResume) {
 		return
 	}
@@ -42,20 +43,14 @@ func critletResumePreemptions(ctx context.Context, rootDirectory string, client 
 		return
 	}
 	kubeletstate.SetCheckpoints(store)
-	if client != nil {
-		kubeletstate.SetPreemptingEvents(func(ctx context.Context, namespace string, uid types.UID) (bool, error) {
-			return critletHasPreemptingEvent(ctx, client, namespace, uid)
+	if events != nil {
+		kubeletstate.SetEvents(&kubeletstate.EventSink{
+			Create: func(ctx context.Context, ev *v1.Event) error {
+				_, err := events.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+				return err
+			},
+			// The recorder's source, as cmd/kubelet makes it.
+			Source: v1.EventSource{Component: server.ComponentKubelet, Host: string(nodeName)},
 		})
 	}
-}
-
-// critletHasPreemptingEvent reports whether the API server holds a
-// Preempting event a kubelet recorded for the pod uid.
-func critletHasPreemptingEvent(ctx context.Context, client clientset.Interface, namespace string, uid types.UID) (bool, error) {
-	sel := fields.Set{"involvedObject.uid": string(uid), "reason": events.PreemptContainer, "source": "kubelet"}
-	list, err := client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: sel.AsSelector().String()})
-	if err != nil {
-		return false, err
-	}
-	return len(list.Items) > 0, nil
 }

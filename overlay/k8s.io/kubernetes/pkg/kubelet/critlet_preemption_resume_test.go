@@ -4,16 +4,14 @@ package kubelet
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/critlet/critlet/pkg/checkpoint"
@@ -29,14 +27,13 @@ func TestCritletResumeOpensTheStoreOnlyWhenOn(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.PreemptionResume, on) })
 		kubeletstate.SetCheckpoints(nil)
-		kubeletstate.SetPreemptingEvents(nil)
-		t.Cleanup(func() { kubeletstate.SetCheckpoints(nil); kubeletstate.SetPreemptingEvents(nil) })
+		kubeletstate.SetEvents(nil)
+		t.Cleanup(func() { kubeletstate.SetCheckpoints(nil); kubeletstate.SetEvents(nil) })
 		root := t.TempDir()
 		_, ctx := ktesting.NewTestContext(t)
-		client := fake.NewClientset()
-		critletResumePreemptions(ctx, root, client)
-		if got := kubeletstate.Get().PreemptingEvents != nil; got != on {
-			t.Errorf("on=%v: the event lookup published: %v", on, got)
+		critletResumePreemptions(ctx, root, fake.NewClientset().CoreV1(), "node-1")
+		if got := kubeletstate.Get().Events != nil; got != on {
+			t.Errorf("on=%v: the event sink published: %v", on, got)
 		}
 		_, err := os.Lstat(filepath.Join(root, checkpoint.Dir))
 		switch {
@@ -48,37 +45,28 @@ func TestCritletResumeOpensTheStoreOnlyWhenOn(t *testing.T) {
 	}
 }
 
-// The handler's lookup asks the API server for the pod's Preempting events
-// from a kubelet, in the pod's namespace, and reports whether there is one.
-func TestCritletHasPreemptingEvent(t *testing.T) {
-	for _, held := range []int{0, 1, 2} {
-		client := fake.NewClientset()
-		var sel fields.Selector
-		client.PrependReactor("list", "events", func(a core.Action) (bool, runtime.Object, error) {
-			l := a.(core.ListAction)
-			if l.GetNamespace() != "ns" {
-				t.Errorf("listed events in %q, want the pod's namespace", l.GetNamespace())
-			}
-			sel = l.GetListRestrictions().Fields
-			return true, &v1.EventList{Items: make([]v1.Event, held)}, nil
-		})
-		found, err := critletHasPreemptingEvent(context.Background(), client, "ns", "uid-1")
-		if err != nil || found != (held > 0) {
-			t.Errorf("%d events held: found %v, %v", held, found, err)
-		}
-		want := fields.Set{"involvedObject.uid": "uid-1", "reason": "Preempting", "source": "kubelet"}
-		if sel == nil || !sel.Matches(want) || sel.Matches(fields.Set{"involvedObject.uid": "uid-2", "reason": "Preempting", "source": "kubelet"}) ||
-			sel.Matches(fields.Set{"involvedObject.uid": "uid-1", "reason": "Killing", "source": "kubelet"}) ||
-			sel.Matches(fields.Set{"involvedObject.uid": "uid-1", "reason": "Preempting", "source": "kube-scheduler"}) {
-			t.Errorf("field selector %v, want exactly %v", sel, want)
-		}
-	}
+// The handler's sink creates an event in its namespace through the
+// kubelet's event client, with the recorder's source for this node; the
+// API server's errors come back as they are.
+func TestCritletResumeEventSink(t *testing.T) {
+	critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.PreemptionResume, true) })
+	t.Cleanup(func() { kubeletstate.SetCheckpoints(nil); kubeletstate.SetEvents(nil) })
 	client := fake.NewClientset()
-	client.PrependReactor("list", "events", func(core.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("connection refused")
-	})
-	if _, err := critletHasPreemptingEvent(context.Background(), client, "ns", "uid-1"); err == nil {
-		t.Error("a failed list answered, want its error")
+	_, ctx := ktesting.NewTestContext(t)
+	critletResumePreemptions(ctx, t.TempDir(), client.CoreV1(), "node-1")
+	sink := kubeletstate.Get().Events
+	if sink == nil || sink.Source != (v1.EventSource{Component: "kubelet", Host: "node-1"}) {
+		t.Fatalf("sink %+v, want one with the kubelet's source on node-1", sink)
+	}
+	ev := &v1.Event{ObjectMeta: metav1.ObjectMeta{Name: "victim.1", Namespace: "ns"}, Reason: "Preempting"}
+	if err := sink.Create(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := client.CoreV1().Events("ns").Get(context.Background(), "victim.1", metav1.GetOptions{}); err != nil || got.Reason != "Preempting" {
+		t.Fatalf("the event in the API: %+v, %v", got, err)
+	}
+	if err := sink.Create(context.Background(), ev); !apierrors.IsAlreadyExists(err) {
+		t.Errorf("the same event again: %v, want AlreadyExists", err)
 	}
 }
 
@@ -90,7 +78,7 @@ func TestCritletResumeHookInNewMainKubelet(t *testing.T) {
 		t.Run(map[bool]string{false: "off", true: "on"}[on], func(t *testing.T) {
 			critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.PreemptionResume, on) })
 			kubeletstate.SetCheckpoints(nil)
-			t.Cleanup(func() { kubeletstate.SetCheckpoints(nil) })
+			t.Cleanup(func() { kubeletstate.SetCheckpoints(nil); kubeletstate.SetEvents(nil) })
 			TestNewMainKubeletStandAlone(t)
 			if got := kubeletstate.Get().Checkpoints != nil; got != on {
 				t.Errorf("setting %v: the record opened by NewMainKubelet: %v", on, got)

@@ -31,10 +31,10 @@ type CriticalPodAdmissionHandler struct {
 	killPodFunc eviction.KillPodFunc
 	recorder    record.EventRecorder
 	opts        settings.Settings
-	// eventWait bounds the lookup of a resumed victim's Preempting event
-	// (resume.go); lookups counts those running.
+	// eventWait bounds how long a victim's Preempting event is sent for
+	// (preempting_event.go); sending counts those being sent.
 	eventWait time.Duration
-	lookups   sync.WaitGroup
+	sending   sync.WaitGroup
 }
 
 var _ lifecycle.AdmissionFailureHandler = &CriticalPodAdmissionHandler{}
@@ -67,7 +67,7 @@ func patchNames() []string {
 }
 
 func newHandler(getPodsFunc eviction.ActivePodsFunc, killPodFunc eviction.KillPodFunc, recorder record.EventRecorder, opts settings.Settings) *CriticalPodAdmissionHandler {
-	return &CriticalPodAdmissionHandler{getPodsFunc: getPodsFunc, killPodFunc: killPodFunc, recorder: recorder, opts: opts, eventWait: resumedEventWait}
+	return &CriticalPodAdmissionHandler{getPodsFunc: getPodsFunc, killPodFunc: killPodFunc, recorder: recorder, opts: opts, eventWait: eventSendWait}
 }
 
 // HandleAdmissionFailure is called with the reasons admitPod was refused.

@@ -7,7 +7,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/kubelet/events"
 
 	"github.com/critlet/critlet/pkg/checkpoint"
 	"github.com/critlet/critlet/pkg/critletmetrics"
@@ -152,61 +151,6 @@ func (a *admission) resumedKill(pod *v1.Pod) (left int64, ok bool) {
 		left = min(left, own)
 	}
 	return left, ok
-}
-
-// resumedEventWait bounds the lookup of a resumed victim's Preempting
-// event: long enough for an API server restarting with the node.
-const resumedEventWait = time.Minute
-
-// ensureEvent records a resumed victim's Preempting event unless the API
-// server already holds one. The earlier kubelet recorded it before the
-// kill, but the recorder sends events in the background: a kubelet killed
-// or stopped right after may never have sent it. The lookup runs off the
-// admission path; when the server gives no answer within the handler's
-// eventWait the event is recorded: a second event rather than none.
-// Without an API client (a standalone kubelet) there is nothing to look up
-// nor to send to.
-func (a *admission) ensureEvent(pod *v1.Pod) {
-	lookup := kubeletstate.Get().PreemptingEvents
-	if lookup == nil {
-		return
-	}
-	c, logger := a.handler, a.logger
-	c.lookups.Add(1)
-	go func() {
-		defer c.lookups.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), c.eventWait)
-		defer cancel()
-		found, err := lookupUntilAnswered(ctx, lookup, pod)
-		if found {
-			return
-		}
-		if err != nil {
-			logger.Info("Could not tell whether an earlier kubelet's Preempting event reached the API server; recording it", "pod", klog.KObj(pod), "err", err)
-		} else {
-			logger.Info("An earlier kubelet's Preempting event never reached the API server; recording it", "pod", klog.KObj(pod))
-		}
-		c.recorder.Eventf(pod, v1.EventTypeWarning, events.PreemptContainer, victimMessage)
-	}()
-}
-
-// lookupUntilAnswered asks lookup about pod's Preempting event until it
-// answers or ctx is done, backing off from 250ms to 8s; err is the last
-// failure when it never answered.
-func lookupUntilAnswered(ctx context.Context, lookup func(context.Context, string, types.UID) (bool, error), pod *v1.Pod) (bool, error) {
-	delay := 250 * time.Millisecond
-	for {
-		found, err := lookup(ctx, pod.Namespace, pod.UID)
-		if err == nil {
-			return found, nil
-		}
-		select {
-		case <-ctx.Done():
-			return false, err
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 8*time.Second)
-	}
 }
 
 // gracePeriodSeconds is the grace the kubelet gives pod when it is killed

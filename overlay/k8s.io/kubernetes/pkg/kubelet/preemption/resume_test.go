@@ -12,7 +12,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -152,68 +151,6 @@ func TestResumeContinuesTheRecordedPreemption(t *testing.T) {
 	}
 	if _, ok := store.Find(clusterCritPod.UID); ok {
 		t.Error("the finished preemption is still recorded")
-	}
-}
-
-// The earlier kubelet's Preempting event for a victim it signalled may
-// never have reached the API server (the recorder sends in the
-// background; the kubelet was killed). The resumed kill looks it up, off
-// the admission path, and records it only when the server has none, or
-// gives no answer in time; a lookup that fails is retried.
-func TestResumeRecordsAnEventTheEarlierKubeletLost(t *testing.T) {
-	errDown := errors.New("connection refused")
-	for _, tc := range []struct {
-		name    string
-		answers []error // the lookup's failures before it answers
-		found   bool
-		wait    time.Duration
-		want    int // Preempting events on the signalled victim
-	}{
-		{name: "the server holds it", found: true, wait: time.Minute, want: 0},
-		{name: "the server has none", found: false, wait: time.Minute, want: 1},
-		{name: "found after the server comes back", answers: []error{errDown, errDown}, found: true, wait: time.Minute, want: 0},
-		{name: "no answer in time", answers: slices.Repeat([]error{errDown}, 1000), wait: 300 * time.Millisecond, want: 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			store, _ := installStore(t)
-			began := time.Now().Add(-4 * time.Second)
-			recordSignalled(t, store, began)
-			var mu sync.Mutex
-			var asked []string
-			kubeletstate.SetPreemptingEvents(func(_ context.Context, namespace string, uid types.UID) (bool, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				asked = append(asked, namespace+"/"+string(uid))
-				if len(asked) <= len(tc.answers) {
-					return false, tc.answers[len(asked)-1]
-				}
-				return tc.found, nil
-			})
-			t.Cleanup(func() { kubeletstate.SetPreemptingEvents(nil) })
-			rec := record.NewFakeRecorder(20)
-			k := &recordingKill{}
-			h := newHandler(func() []*v1.Pod { return resumeCast }, k.kill, rec, resuming())
-			h.eventWait = tc.wait
-			_, ctx := ktesting.NewTestContext(t)
-			if _, err := h.HandleAdmissionFailure(ctx, clusterCritPod, memoryShortfall(550), lifecycle.AddOperation); err != nil {
-				t.Fatal(err)
-			}
-			h.lookups.Wait()
-			events := drainEvents(rec)
-			// The victim never signalled gets its event as it is killed.
-			if n := count(events, "Preempting"); n != 1+tc.want {
-				t.Errorf("%d Preempting events, want %d: %q", n, 1+tc.want, events)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			want := largeBurstable.Namespace + "/" + string(largeBurstable.UID)
-			if len(asked) == 0 || slices.ContainsFunc(asked, func(a string) bool { return a != want }) {
-				t.Errorf("looked up %v, want only the signalled victim %s", asked, want)
-			}
-			if answered := len(tc.answers) < 1000; answered && len(asked) != len(tc.answers)+1 {
-				t.Errorf("looked up %d times, want %d: until the server answered", len(asked), len(tc.answers)+1)
-			}
-		})
 	}
 }
 

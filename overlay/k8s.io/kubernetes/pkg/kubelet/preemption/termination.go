@@ -44,10 +44,10 @@ func (a *admission) terminate(ctx context.Context, pods []*v1.Pod) []error {
 				// Signalled by the kubelet before this one, with its event.
 				a.logger.Info("Resuming a victim's kill begun by an earlier kubelet", "pod", klog.KObj(pod), "podUID", pod.UID,
 					"gracePeriodLeft", left, "requestingPod", klog.KObj(a.admitPod))
-				a.ensureEvent(pod)
+				a.recordPreempting(pod, true)
 				return
 			}
-			c.recorder.Eventf(pod, v1.EventTypeWarning, events.PreemptContainer, victimMessage)
+			a.recordPreempting(pod, false)
 			a.logger.V(2).Info("Preempting pod to free up resources", "pod", klog.KObj(pod), "podUID", pod.UID,
 				"insufficientResources", a.need, "requestingPod", klog.KObj(a.admitPod))
 		},
