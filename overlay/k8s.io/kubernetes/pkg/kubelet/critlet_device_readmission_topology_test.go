@@ -8,9 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	devicecheckpoint "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/checkpoint"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/test/utils/ktesting"
@@ -30,30 +33,62 @@ func critletRegistered(t *testing.T, registered map[string][]string) {
 }
 
 // Under a topology policy a pod whose plugin registered with no healthy
-// device is refused TopologyAffinityError, which names no resource: it is
+// device (the device manager's checkpoint lists the resource with no
+// device) is refused TopologyAffinityError, which names no resource: it is
 // held for each resource it requests that the device manager knows with
-// no healthy device, and admitted once one is healthy.
+// no healthy device, and tried again once as many devices as it needs are
+// healthy, not at the first.
 func TestCritletHeldForATopologyRefusalWhileNoDeviceIsHealthy(t *testing.T) {
 	tCtx := ktesting.Init(t)
 	testKubelet, plugin, recorder := critletDeviceKubelet(t, true)
 	kl := testKubelet.kubelet
-	critletRegistered(t, map[string][]string{critletWidget: {"widget-0", "widget-1"}, "example.com/other": {"o-0"}})
+	critletRegistered(t, map[string][]string{critletWidget: {}, "example.com/other": {"o-0"}})
 	plugin.mu.Lock()
 	plugin.topology = true
 	plugin.mu.Unlock()
 	pod := critletWidgetPod("topology-held")
+	two := v1.ResourceList{critletWidget: resource.MustParse("2")}
+	pod.Spec.Containers[0].Resources = v1.ResourceRequirements{Requests: two, Limits: two}
 	critletAddHeld(tCtx, t, kl, pod)
 	if events := critletEvents(recorder); !critletHasEvent(events, critletReasonWaitingForDevicePlugin) {
 		t.Errorf("events %v, want %s", events, critletReasonWaitingForDevicePlugin)
 	}
 	held := kl.critletHeldForDevices().All()
-	if len(held) != 1 || len(held[0].Waiting) != 1 || held[0].Waiting[0] != critletWidget {
-		t.Fatalf("held %+v, want the pod waiting for %s only", held, critletWidget)
+	if len(held) != 1 || len(held[0].Waiting) != 1 || held[0].Waiting[0] != critletWidget || held[0].Needs[critletWidget] != 2 {
+		t.Fatalf("held %+v, want the pod waiting for 2 %s only", held, critletWidget)
 	}
 	plugin.set(1, "")
+	testKubelet.fakeClock.Step(time.Minute / 2)
+	kl.critletRetryHeldForDevices(tCtx)
+	if asked := plugin.set(1, ""); asked != 1 || !kl.critletHeldForDevices().Has(pod.UID) {
+		t.Fatalf("one of two devices healthy: admission asked %d times, want the first refusal only, the pod still held", asked)
+	}
+	plugin.set(2, "")
 	kl.critletRetryHeldForDevices(tCtx)
 	if !kl.allocationManager.HasPodAllocatedResources(pod.UID) {
-		t.Fatal("the pod was not admitted once a device was healthy")
+		t.Fatal("the pod was not admitted once two devices were healthy")
+	}
+}
+
+// After the window, a topology refusal is refused as upstream refuses it,
+// the device manager's checkpoint unread.
+func TestCritletTopologyRefusalAfterTheWindow(t *testing.T) {
+	tCtx := ktesting.Init(t)
+	testKubelet, plugin, _ := critletDeviceKubelet(t, true)
+	kl := testKubelet.kubelet
+	read := 0
+	before := critletReadRegisteredDevices
+	critletReadRegisteredDevices = func() (map[string][]string, error) { read++; return map[string][]string{critletWidget: {}}, nil }
+	t.Cleanup(func() { critletReadRegisteredDevices = before })
+	plugin.mu.Lock()
+	plugin.topology = true
+	plugin.mu.Unlock()
+	kl.critletRetryHeldForDevices(tCtx) // the window opens
+	testKubelet.fakeClock.Step(2 * time.Minute)
+	pod := critletWidgetPod("topology-late")
+	kl.HandlePodAdditions(tCtx, []*v1.Pod{pod})
+	if status, found := kl.statusManager.GetPodStatus(pod.UID); !found || status.Reason != topologymanager.ErrorTopologyAffinity || read != 0 {
+		t.Fatalf("status %v %+v, checkpoint read %d times; want Failed %s, unread", found, status, read, topologymanager.ErrorTopologyAffinity)
 	}
 }
 
@@ -103,10 +138,10 @@ func TestCritletRegisteredDevicesReadsTheDeviceManagersCheckpoint(t *testing.T) 
 	before := critletDeviceCheckpoint
 	critletDeviceCheckpoint = path
 	t.Cleanup(func() { critletDeviceCheckpoint = before })
-	if _, err := critletRegisteredDevices(); err == nil {
-		t.Fatal("a missing checkpoint was read")
+	if got, err := critletRegisteredDevices(); err != nil || len(got) != 0 {
+		t.Fatalf("no checkpoint: %v, %v; want nothing registered", got, err)
 	}
-	want := map[string][]string{critletWidget: {"widget-0", "widget-1"}}
+	want := map[string][]string{critletWidget: {"widget-0", "widget-1"}, "example.com/unhealthy": {}}
 	cp := devicecheckpoint.New(nil, want)
 	blob, err := cp.MarshalCheckpoint()
 	if err != nil {
@@ -125,5 +160,23 @@ func TestCritletRegisteredDevicesReadsTheDeviceManagersCheckpoint(t *testing.T) 
 	}
 	if got, err := critletRegisteredDevices(); err == nil {
 		t.Fatalf("a checkpoint altered after its checksum was read: %v", got)
+	}
+	// Not a regular file: a link to a valid one, a FIFO.
+	if err := os.WriteFile(path, blob, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{link, fifo} {
+		critletDeviceCheckpoint = p
+		if got, err := critletRegisteredDevices(); err == nil {
+			t.Errorf("%s was read: %v", p, got)
+		}
 	}
 }

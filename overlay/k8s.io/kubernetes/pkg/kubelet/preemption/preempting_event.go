@@ -13,6 +13,7 @@ package preemption
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,9 +73,16 @@ func preemptingEvent(victim *v1.Pod, source v1.EventSource, at time.Time) (*v1.E
 	if namespace == "" {
 		namespace = metav1.NamespaceDefault
 	}
+	// The recorder's name, unless the pod's name is too long for it: the
+	// recorder then takes a random one, which a resumed kill could not
+	// give again; the pod's UID stands in for its name.
+	name := util.GenerateEventName(ref.Name, at.UnixNano())
+	if name != fmt.Sprintf("%v.%x", ref.Name, at.UnixNano()) {
+		name = fmt.Sprintf("%v.%x", ref.UID, at.UnixNano())
+	}
 	t := metav1.NewTime(at)
 	return &v1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: util.GenerateEventName(ref.Name, at.UnixNano()), Namespace: namespace},
+		ObjectMeta:          metav1.ObjectMeta{Name: name, Namespace: namespace},
 		InvolvedObject:      *ref,
 		Reason:              events.PreemptContainer,
 		Message:             victimMessage,
@@ -92,6 +100,9 @@ func preemptingEvent(victim *v1.Pod, source v1.EventSource, at time.Time) (*v1.E
 // handler's eventWait.
 func (a *admission) send(sink *kubeletstate.EventSink, ev *v1.Event) {
 	c, logger := a.handler, a.logger
+	// As the kubelet's event broadcaster logs each event it is given.
+	logger.V(3).Info("Event occurred", "object", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name), "fieldPath", ev.InvolvedObject.FieldPath,
+		"kind", ev.InvolvedObject.Kind, "apiVersion", ev.InvolvedObject.APIVersion, "type", ev.Type, "reason", ev.Reason, "message", ev.Message)
 	c.sending.Add(1)
 	go func() {
 		defer c.sending.Done()
@@ -100,10 +111,10 @@ func (a *admission) send(sink *kubeletstate.EventSink, ev *v1.Event) {
 		err := sendUntilAnswered(ctx, sink.Create, ev)
 		switch {
 		case err == nil:
-			logger.V(3).Info("Event occurred", "object", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name), "kind", ev.InvolvedObject.Kind,
-				"apiVersion", ev.InvolvedObject.APIVersion, "type", ev.Type, "reason", ev.Reason, "message", ev.Message)
 		case apierrors.IsAlreadyExists(err):
-			logger.V(2).Info("A victim's Preempting event was already sent by an earlier kubelet", "pod", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name), "event", ev.Name)
+			// Sent by an earlier kubelet, or by this one in a try whose
+			// answer was lost.
+			logger.V(2).Info("A victim's Preempting event was in the API server already", "pod", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name), "event", ev.Name)
 		default:
 			logger.Error(err, "Unable to record a victim's Preempting event", "pod", klog.KRef(ev.InvolvedObject.Namespace, ev.InvolvedObject.Name), "event", ev.Name)
 		}

@@ -3,6 +3,8 @@ package preemption
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
@@ -234,4 +237,21 @@ func podNamed(t *testing.T, name string) *v1.Pod {
 	}
 	t.Fatalf("no pod %s", name)
 	return nil
+}
+
+// A pod whose name is too long for the recorder's event name (which then
+// takes a random one) gets a name made from its UID: the same for every
+// kubelet, and valid.
+func TestPreemptingEventNameForALongPodName(t *testing.T) {
+	long := largeBurstable.DeepCopy()
+	long.Name = strings.Repeat("p", 250)
+	at := time.Now()
+	a, errA := preemptingEvent(long, testSource, at)
+	b, errB := preemptingEvent(long, testSource, at)
+	if errA != nil || errB != nil || a.Name != b.Name || a.Name != fmt.Sprintf("%s.%x", long.UID, at.UnixNano()) {
+		t.Fatalf("names %q, %q (%v, %v); want one made from the UID", a.Name, b.Name, errA, errB)
+	}
+	if errs := validation.IsDNS1123Subdomain(a.Name); len(errs) != 0 {
+		t.Errorf("name %q: %v", a.Name, errs)
+	}
 }
