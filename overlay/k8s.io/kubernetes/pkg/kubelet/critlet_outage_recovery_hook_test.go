@@ -9,8 +9,10 @@ package kubelet
 
 import (
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
@@ -27,9 +29,11 @@ import (
 // a pod not terminating, upstream's count stands.
 func TestCritletRestartHookInTheStatusTheKubeletBuilds(t *testing.T) {
 	for _, tc := range []struct {
-		on, terminating bool
-		want            int32
-	}{{true, true, 0}, {true, false, 1}, {false, true, 1}} {
+		on, terminating, deleted bool
+		want                     int32
+	}{{true, true, false, 0}, {true, false, false, 1}, {false, true, false, 1},
+		// Deleted: upstream counts no restart, and nothing is withheld.
+		{true, true, true, 0}} {
 		critletSettings(t, func(o *critletsettings.Settings) { *o = o.With(patched.OutageRecovery, tc.on) })
 		tCtx := ktesting.Init(t)
 		testKubelet := newTestKubelet(t, false)
@@ -37,6 +41,9 @@ func TestCritletRestartHookInTheStatusTheKubeletBuilds(t *testing.T) {
 		kl.podWorkers, _, _ = createPodWorkers(klog.Background())
 		pod := critletPod(types.UID(map[bool]string{true: "terminating", false: "running"}[tc.terminating]), 30)
 		pod.Spec.Containers = []v1.Container{{Name: "c"}}
+		if tc.deleted {
+			pod.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
 		update := kubetypes.SyncPodCreate
 		if tc.terminating {
 			update = kubetypes.SyncPodKill
@@ -47,7 +54,7 @@ func TestCritletRestartHookInTheStatusTheKubeletBuilds(t *testing.T) {
 		before := []v1.ContainerStatus{{Name: "c", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}
 		got := kl.convertToAPIContainerStatuses(tCtx, pod, &kubecontainer.PodStatus{ID: pod.UID}, before, pod.Spec.Containers, sets.New[string](), false, false, false)
 		if len(got) != 1 || got[0].RestartCount != tc.want {
-			t.Errorf("outage recovery %v, terminating %v: statuses %+v, want restart count %d", tc.on, tc.terminating, got, tc.want)
+			t.Errorf("outage recovery %v, terminating %v, deleted %v: statuses %+v, want restart count %d", tc.on, tc.terminating, tc.deleted, got, tc.want)
 		}
 		testKubelet.Cleanup()
 	}
