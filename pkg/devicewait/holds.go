@@ -17,7 +17,6 @@
 package devicewait
 
 import (
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -94,10 +93,6 @@ type Held struct {
 	// named (AwayPlugin), or those a topology refusal hides
 	// (WithoutHealthyDevices).
 	Waiting []string
-	// Needs is how many devices of each waited resource it needs (one
-	// where not given): it is tried again once that many are healthy, not
-	// at the first (a plugin may report its devices healthy one by one).
-	Needs map[string]int64
 	// Preempting: it waits for the pods preempted for it (or for another
 	// pod) to terminate, however long their grace periods, not for the
 	// window; it is tried again at every Next.
@@ -135,12 +130,12 @@ func New(start time.Time, window time.Duration, b readmission.Backoff) *Holds {
 func (h *Holds) Closes() time.Time { return h.closes }
 
 // Hold records that pod uid was refused at now, waiting for the resources
-// waiting, needs devices of each (Held.Needs), and reports whether it is held (for device plugins). It is not held once the window
+// waiting, and reports whether it is held (for device plugins). It is not held once the window
 // has closed or when it waits for nothing: the caller refuses it as the
 // stock kubelet does (and forgets it, if it was held). A pod held already
 // (an attempt refused again) keeps its first refusal's time and waits one
 // backoff step more. O(1) but for the first hold, O(held).
-func (h *Holds) Hold(uid types.UID, waiting []string, needs map[string]int64, reason, message string, now time.Time) bool {
+func (h *Holds) Hold(uid types.UID, waiting []string, reason, message string, now time.Time) bool {
 	if len(waiting) == 0 || !now.Before(h.closes) {
 		return false
 	}
@@ -158,7 +153,7 @@ func (h *Holds) Hold(uid types.UID, waiting []string, needs map[string]int64, re
 		p.Retries++
 		p.next = now.Add(h.backoff.After(p.Retries))
 	}
-	p.Waiting, p.Needs, p.Reason, p.Message, p.Preempting = slices.Clone(waiting), maps.Clone(needs), reason, message, false
+	p.Waiting, p.Reason, p.Message, p.Preempting = slices.Clone(waiting), reason, message, false
 	return true
 }
 
@@ -175,12 +170,12 @@ func (h *Holds) HoldPreempting(uid types.UID, reason, message string, now time.T
 	} else {
 		p.Retries++
 	}
-	p.Waiting, p.Needs, p.Reason, p.Message, p.Preempting = nil, nil, reason, message, true
+	p.Waiting, p.Reason, p.Message, p.Preempting = nil, reason, message, true
 }
 
 // Next returns, oldest first, the held pods to try again at now (one
-// Preempting, or one whose every awaited resource has as many devices in
-// healthy as it needs and whose backoff is over) and, once the window has closed, every pod
+// Preempting, or one whose every awaited resource has a device in healthy
+// and whose backoff is over) and, once the window has closed, every pod
 // held for device plugins, to refuse with its last reason; those are
 // forgotten. Pods to try stay held until the caller forgets them or holds
 // them again. O(held × waited).
@@ -196,7 +191,7 @@ func (h *Holds) Next(now time.Time, healthy map[string]int64) (retry, refuse []H
 			refuse = append(refuse, p.Held)
 			delete(h.pods, uid)
 			continue
-		case !now.Before(p.next) && !slices.ContainsFunc(p.Waiting, func(res string) bool { return healthy[res] < max(p.Needs[res], 1) }):
+		case !now.Before(p.next) && !slices.ContainsFunc(p.Waiting, func(res string) bool { return healthy[res] == 0 }):
 			retry = append(retry, p.Held)
 		}
 		kept = append(kept, uid)

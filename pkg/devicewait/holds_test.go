@@ -35,13 +35,13 @@ func TestHoldOnlyInTheWindowAndForAPlugin(t *testing.T) {
 	if got := h.Closes(); !got.Equal(start.Add(5 * time.Minute)) {
 		t.Fatalf("Closes = %v", got)
 	}
-	if h.Hold("a", nil, nil, "UnexpectedAdmissionError", "m", start) {
+	if h.Hold("a", nil, "UnexpectedAdmissionError", "m", start) {
 		t.Error("a pod waiting for no plugin was held")
 	}
-	if h.Hold("b", []string{widget}, nil, "UnexpectedAdmissionError", "m", h.Closes()) {
+	if h.Hold("b", []string{widget}, "UnexpectedAdmissionError", "m", h.Closes()) {
 		t.Error("a pod was held as the window closed")
 	}
-	if !h.Hold("c", []string{widget}, nil, "UnexpectedAdmissionError", "m", h.Closes().Add(-time.Nanosecond)) {
+	if !h.Hold("c", []string{widget}, "UnexpectedAdmissionError", "m", h.Closes().Add(-time.Nanosecond)) {
 		t.Error("a pod refused just before the window closed was not held")
 	}
 	if h.Len() != 1 {
@@ -51,8 +51,8 @@ func TestHoldOnlyInTheWindowAndForAPlugin(t *testing.T) {
 
 func TestRetriedOnceThePluginIsBack(t *testing.T) {
 	h := newHolds()
-	h.Hold("first", []string{widget}, nil, "UnexpectedAdmissionError", "unregistered widget", start.Add(time.Second))
-	h.Hold("second", []string{gadget, widget}, nil, "UnexpectedAdmissionError", "unregistered gadget", start.Add(2*time.Second))
+	h.Hold("first", []string{widget}, "UnexpectedAdmissionError", "unregistered widget", start.Add(time.Second))
+	h.Hold("second", []string{gadget, widget}, "UnexpectedAdmissionError", "unregistered gadget", start.Add(2*time.Second))
 	now := start.Add(10 * time.Second)
 
 	retry, refuse := h.Next(now, map[string]int64{widget: 0})
@@ -88,14 +88,14 @@ func TestRetriedOnceThePluginIsBack(t *testing.T) {
 func TestRefusedAgainWaitsItsBackoff(t *testing.T) {
 	h := newHolds()
 	back := map[string]int64{widget: 1}
-	h.Hold("p", []string{widget}, nil, "UnexpectedAdmissionError", "unregistered", start)
+	h.Hold("p", []string{widget}, "UnexpectedAdmissionError", "unregistered", start)
 	now := start.Add(time.Second)
 	if retry, _ := h.Next(now, back); len(retry) != 1 {
 		t.Fatalf("first attempt once the plugin is back: %v", uids(retry))
 	}
 	// Tried and refused again (the plugin reported its devices unhealthy
 	// between the two calls): one backoff step, 2s.
-	if !h.Hold("p", []string{widget}, nil, "UnexpectedAdmissionError", "no healthy devices", now) {
+	if !h.Hold("p", []string{widget}, "UnexpectedAdmissionError", "no healthy devices", now) {
 		t.Fatal("refused again in the window, not held")
 	}
 	for _, c := range []struct {
@@ -108,7 +108,7 @@ func TestRefusedAgainWaitsItsBackoff(t *testing.T) {
 	}
 	// The second re-refusal doubles the step.
 	later := now.Add(2 * time.Second)
-	h.Hold("p", []string{widget}, nil, "UnexpectedAdmissionError", "no healthy devices", later)
+	h.Hold("p", []string{widget}, "UnexpectedAdmissionError", "no healthy devices", later)
 	if retry, _ := h.Next(later.Add(4*time.Second-time.Nanosecond), back); len(retry) != 0 {
 		t.Error("retried before the doubled step")
 	}
@@ -120,9 +120,9 @@ func TestRefusedAgainWaitsItsBackoff(t *testing.T) {
 
 func TestWindowCloseRefusesEveryHeldPod(t *testing.T) {
 	h := newHolds()
-	h.Hold("a", []string{widget}, nil, "UnexpectedAdmissionError", "ma", start)
-	h.Hold("b", []string{gadget}, nil, "UnexpectedAdmissionError", "mb", start.Add(time.Minute))
-	h.Hold("a", []string{widget}, nil, "UnexpectedAdmissionError", "ma2", start.Add(2*time.Minute))
+	h.Hold("a", []string{widget}, "UnexpectedAdmissionError", "ma", start)
+	h.Hold("b", []string{gadget}, "UnexpectedAdmissionError", "mb", start.Add(time.Minute))
+	h.Hold("a", []string{widget}, "UnexpectedAdmissionError", "ma2", start.Add(2*time.Minute))
 	back := map[string]int64{widget: 1, gadget: 1}
 	if _, refuse := h.Next(h.Closes().Add(-time.Nanosecond), nil); len(refuse) != 0 {
 		t.Fatalf("refused before the window closed: %v", uids(refuse))
@@ -147,7 +147,7 @@ func TestWindowCloseRefusesEveryHeldPod(t *testing.T) {
 func TestHoldKeepsItsOwnCopy(t *testing.T) {
 	h := newHolds()
 	waiting := []string{widget}
-	h.Hold("p", waiting, nil, "r", "m", start)
+	h.Hold("p", waiting, "r", "m", start)
 	waiting[0] = gadget
 	if retry, _ := h.Next(start, map[string]int64{widget: 1}); len(retry) != 1 || retry[0].Waiting[0] != widget {
 		t.Errorf("the caller's slice changed what the pod waits for: %+v", retry)
@@ -195,9 +195,9 @@ func TestPluginAwayErrorsAreTheDeviceManagers(t *testing.T) {
 // checks each for its deletion on every housekeeping.
 func TestAllListsEveryHeldPodOldestFirst(t *testing.T) {
 	h := newHolds()
-	h.Hold("b", []string{widget}, nil, "r", "m", start)
-	h.Hold("a", []string{gadget}, nil, "r", "m", start.Add(time.Second))
-	h.Hold("b", []string{widget}, nil, "r", "m2", start.Add(2*time.Second))
+	h.Hold("b", []string{widget}, "r", "m", start)
+	h.Hold("a", []string{gadget}, "r", "m", start.Add(time.Second))
+	h.Hold("b", []string{widget}, "r", "m2", start.Add(2*time.Second))
 	if got := uids(h.All()); !slices.Equal(got, []types.UID{"b", "a"}) {
 		t.Fatalf("All = %v, want [b a]", got)
 	}
@@ -216,7 +216,7 @@ func TestAllListsEveryHeldPodOldestFirst(t *testing.T) {
 // waits for the plugin like any other.
 func TestHoldPreemptingIgnoresTheWindow(t *testing.T) {
 	h := newHolds()
-	if !h.Hold("plugin", []string{widget}, nil, "UnexpectedAdmissionError", "m", start) {
+	if !h.Hold("plugin", []string{widget}, "UnexpectedAdmissionError", "m", start) {
 		t.Fatal("not held")
 	}
 	h.HoldPreempting("critical", "PreemptingForDevices", "waiting", start.Add(time.Second))
@@ -237,7 +237,7 @@ func TestHoldPreemptingIgnoresTheWindow(t *testing.T) {
 	}
 	h2 := newHolds()
 	h2.HoldPreempting("x", "PreemptingForDevices", "waiting", start)
-	if !h2.Hold("x", []string{widget}, nil, "UnexpectedAdmissionError", "m", start) {
+	if !h2.Hold("x", []string{widget}, "UnexpectedAdmissionError", "m", start) {
 		t.Fatal("not held for its plugin")
 	}
 	if retry, _ := h2.Next(start.Add(time.Minute), nil); len(retry) != 0 {
@@ -249,7 +249,7 @@ func TestHoldPreemptingIgnoresTheWindow(t *testing.T) {
 	for i := range 5 {
 		h3.HoldPreempting("y", "PreemptingForDevices", "waiting", start.Add(time.Duration(i)*time.Second))
 	}
-	h3.Hold("y", []string{widget}, nil, "UnexpectedAdmissionError", "m", start.Add(5*time.Second))
+	h3.Hold("y", []string{widget}, "UnexpectedAdmissionError", "m", start.Add(5*time.Second))
 	if retry, _ := h3.Next(start.Add(5*time.Second), map[string]int64{widget: 1}); !slices.Equal(uids(retry), []types.UID{"y"}) || retry[0].Retries != 0 {
 		t.Errorf("held for its plugin after a preemption's retries: tried %v, want at once with no retries counted", uids(retry))
 	}
@@ -275,22 +275,5 @@ func TestWithoutHealthyDevices(t *testing.T) {
 	}
 	if got := WithoutHealthyDevices([]string{gadget, widget}, known, nil); !slices.Equal(got, []string{gadget, widget}) {
 		t.Errorf("no healthy device at all: %v, want both, sorted", got)
-	}
-}
-
-// A pod needing three devices of a resource is tried again once three are
-// healthy, not at the first: a plugin may report them healthy one by one.
-func TestNextWaitsForAsManyDevicesAsNeeded(t *testing.T) {
-	h := newHolds()
-	h.Hold("three", []string{widget}, map[string]int64{widget: 3}, "TopologyAffinityError", "m", start)
-	h.Hold("one", []string{widget}, nil, "UnexpectedAdmissionError", "m", start)
-	for _, tc := range []struct {
-		healthy int64
-		want    []types.UID
-	}{{0, nil}, {1, []types.UID{"one"}}, {2, []types.UID{"one"}}, {3, []types.UID{"three", "one"}}} {
-		retry, _ := h.Next(start.Add(time.Second), map[string]int64{widget: tc.healthy})
-		if got := uids(retry); !slices.Equal(got, tc.want) {
-			t.Errorf("%d healthy: retry %v, want %v", tc.healthy, got, tc.want)
-		}
 	}
 }

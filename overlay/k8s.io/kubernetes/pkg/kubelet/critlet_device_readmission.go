@@ -50,7 +50,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
@@ -85,16 +84,10 @@ var (
 // direct calls only.
 type critletHolds struct{ h *devicewait.Holds }
 
-func (c *critletHolds) Hold(pod *v1.Pod, waiting []string, reason, message string, now time.Time) bool {
-	needs := map[string]int64{}
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	for _, r := range waiting {
-		q := requests[v1.ResourceName(r)]
-		needs[r] = q.Value()
-	}
+func (c *critletHolds) Hold(uid types.UID, waiting []string, reason, message string, now time.Time) bool {
 	critletDeviceHoldsMu.Lock()
 	defer critletDeviceHoldsMu.Unlock()
-	return c.h.Hold(pod.UID, waiting, needs, reason, message, now)
+	return c.h.Hold(uid, waiting, reason, message, now)
 }
 
 func (c *critletHolds) HoldPreempting(uid types.UID, reason, message string, now time.Time) {
@@ -223,7 +216,7 @@ func (kl *Kubelet) critletHoldForDevices(ctx context.Context, pod *v1.Pod, reaso
 		return true
 	}
 	waiting := kl.critletAwayPlugins(logger, pod, reason, message)
-	if len(waiting) == 0 || !h.Hold(pod, waiting, reason, message, kl.clock.Now()) {
+	if len(waiting) == 0 || !h.Hold(pod.UID, waiting, reason, message, kl.clock.Now()) {
 		return false
 	}
 	// A pod admitted before a reboot still has its allocation checkpointed;
@@ -306,7 +299,7 @@ func (kl *Kubelet) critletRetryHeldForDevices(ctx context.Context) {
 				}
 				continue
 			}
-			if away := kl.critletAwayPlugins(logger, pod, reason, message); len(away) > 0 && h.Hold(pod, away, reason, message, start) {
+			if away := kl.critletAwayPlugins(logger, pod, reason, message); len(away) > 0 && h.Hold(pod.UID, away, reason, message, start) {
 				critletmetrics.DeviceReadmissions.WithLabelValues("held").Inc()
 				logger.Info("Held pod refused again for device plugins; it stays held", "pod", klog.KObj(pod), "podUID", pod.UID, "message", message)
 				continue
