@@ -411,6 +411,45 @@ func TestHandleDeviceShortfallBreaksTiesForFewestVictims(t *testing.T) {
 	}
 }
 
+// A re-planned round of a device preemption breaks ties as its first round
+// does: for the fewest victims. The first round takes the BestEffort pod
+// that covers the shortfall alone; its kill fails, and the re-plan meets
+// the tie of TestHandleDeviceShortfallBreaksTiesForFewestVictims, where
+// upstream's rule takes two pods and one would do.
+func TestDeviceShortfallReplanBreaksTiesForFewestVictims(t *testing.T) {
+	const gpu, nic = v1.ResourceName("example.com/gpu"), v1.ResourceName("example.com/nic")
+	holding := func(name string, qos bool, gpus, nics int64) *v1.Pod {
+		p := castPod(name, "", "", false, nil)
+		if qos {
+			p = castPod(name, "100m", "64Mi", false, nil)
+		}
+		if p.Spec.Containers[0].Resources.Requests == nil {
+			p.Spec.Containers[0].Resources.Requests = v1.ResourceList{}
+		}
+		p.Spec.Containers[0].Resources.Requests[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		p.Spec.Containers[0].Resources.Requests[nic] = *resource.NewQuantity(nics, resource.DecimalSI)
+		return p
+	}
+	pods := []*v1.Pod{holding("stuck", false, 1, 1), holding("both", true, 2, 2), holding("nic-only", false, 0, 1), holding("gpus-only", true, 3, 0)}
+	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1), insufficientOf(nic, 1)}
+	byRequest := func(*v1.Pod, v1.ResourceName) (int64, bool) { return 0, false }
+	k := &recordingKill{also: func(p *v1.Pod) error {
+		if p.Name == "stuck" {
+			return errors.New("did not stop")
+		}
+		return nil
+	}}
+	opts := settings.Upstream()
+	opts.MaxReplans = 1
+	h := newHandler(func() []*v1.Pod { return pods }, k.kill, record.NewFakeRecorder(10), opts)
+	if _, freed := preemptForDevices(t, h, clusterCritPod, reasons, byRequest, nil); !freed {
+		t.Error("the re-planned round did not free the shortfall")
+	}
+	if got := k.names(); !slices.Equal(got, []string{"both", "stuck"}) {
+		t.Errorf("killed %v, want [both stuck]: the failed kill, then one pod", got)
+	}
+}
+
 // preemptForDevices runs h.PreemptForDevices and waits for its kills to
 // end; it returns how many victims were chosen and whether they freed the
 // shortfall. exclude nil excludes no pod.
