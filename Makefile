@@ -112,7 +112,7 @@ test-go: node-deps test-deps ## the unit tests (containerd, rpm and busybox-stat
 # (overlay/k8s.io/kubernetes/pkg/kubelet/**/critlet_*_test.go), with every
 # setting off and then on: about 3 minutes after the kubelet build.
 test-patched-kubelet: ## upstream's pkg/kubelet and pkg/kubelet/cm tests and the patches' on the patched packages, settings off and on (TEST_RUN=regexp: those tests only)
-	hack/test-patched-kubelet.sh $(if $(TEST_RUN),-run '$(TEST_RUN)')
+	hack/test-patched-kubelet.sh $(if $(value TEST_RUN),-run '$(value TEST_RUN)')
 
 # The race detector on the pure packages and on the handler, whose tests
 # include its concurrent termination and the differential, compiled for
@@ -155,7 +155,7 @@ test-package: test-deps package kubelet-stock ## the packages: metadata, files, 
 # covers a run killed by its timeout. The table is in _output/e2e-node-report.md.
 E2E_STATE := _output/e2e-node
 test-e2e-node: node-deps control-plane node-tools kubelet kubelet-stock critlet-explain package ## the node e2e suite, each scenario on each kubelet (TEST_RUN=regexp: those tests only)
-	$(call then-down,$(E2E_STATE),hack/go-test.sh e2e-node --stream -- -trimpath -tags e2enode -count=1 -timeout 90m ./test/e2e_node/ $(if $(TEST_RUN),-run '$(TEST_RUN)') -args -state "$$(pwd)/$(E2E_STATE)")
+	$(call then-down,$(E2E_STATE),hack/go-test.sh e2e-node --stream -- -trimpath -tags e2enode -count=1 -timeout 90m ./test/e2e_node/ $(if $(value TEST_RUN),-run '$(value TEST_RUN)') -args -state "$$(pwd)/$(E2E_STATE)")
 
 # kubeadm bootstraps a node whose kubelet is installed from its package
 # (critlet's .deb; the stock binary with the same unit), in network and

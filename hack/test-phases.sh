@@ -59,6 +59,14 @@ declare -A needs=(
 )
 start_side_lane_after=control-plane
 
+# make test runs every test: a TEST_RUN left in the environment (or given
+# to make, which passes it on in MAKEFLAGS) would narrow two suites
+# silently.
+if [[ -n ${TEST_RUN:-} || ${MAKEFLAGS:-} == *TEST_RUN=* ]]; then
+  echo "test-phases: make test runs every test; unset TEST_RUN (it is for make test-e2e-node and test-patched-kubelet alone)" >&2
+  exit 2
+fi
+
 mkdir -p _output
 table=_output/test-phases.tsv
 lane_dir=_output/test-lane

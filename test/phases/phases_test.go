@@ -214,3 +214,22 @@ func TestKilledMainLaneStopsTheBuildLane(t *testing.T) {
 		}
 	}
 }
+
+// make test runs every test: a TEST_RUN from the environment, or given to
+// make (which passes it on in MAKEFLAGS), stops the run before any phase.
+func TestTestRunRefused(t *testing.T) {
+	for _, env := range []string{"TEST_RUN=TestCriticalPod", "MAKEFLAGS= -- TEST_RUN=TestCriticalPod"} {
+		dir := standInTree(t)
+		cmd := exec.Command("bash", "hack/test-phases.sh")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), env)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "unset TEST_RUN") {
+			t.Errorf("%s: %v, want exit status 2 saying to unset TEST_RUN\n%s", env, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "events.log")); err == nil {
+			t.Errorf("%s: a phase ran", env)
+		}
+	}
+}

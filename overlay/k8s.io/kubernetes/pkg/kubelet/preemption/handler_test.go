@@ -442,8 +442,8 @@ func TestDeviceShortfallReplanBreaksTiesForFewestVictims(t *testing.T) {
 	opts := settings.Upstream()
 	opts.MaxReplans = 1
 	h := newHandler(func() []*v1.Pod { return pods }, k.kill, record.NewFakeRecorder(10), opts)
-	if _, freed := preemptForDevices(t, h, clusterCritPod, reasons, byRequest, nil); !freed {
-		t.Error("the re-planned round did not free the shortfall")
+	if n, freed := preemptForDevices(t, h, clusterCritPod, reasons, byRequest, nil); n != 1 || !freed {
+		t.Errorf("first round of %d victims, freed %v; want [stuck] alone, then a re-plan that frees the shortfall", n, freed)
 	}
 	if got := k.names(); !slices.Equal(got, []string{"both", "stuck"}) {
 		t.Errorf("killed %v, want [both stuck]: the failed kill, then one pod", got)
