@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/critlet/critlet/pkg/devicedemand"
 	"github.com/critlet/critlet/pkg/readmission"
 )
 
@@ -65,24 +67,24 @@ func AwayPlugin(message string) (resource string, ok bool) {
 	return "", false
 }
 
-// WithoutHealthyDevices returns, sorted, the resources among requested
-// that the device manager knows (known: its plugin registered) with no
-// healthy device. Under the topology
-// manager's restricted and single-numa-node policies a pod short of such
-// a resource is refused before the device manager allocates: the device
-// manager has no hint for it, and the refusal is TopologyAffinityError,
-// which names no resource; these are the ones it waits for. A resource no
-// device plugin serves (a node's extended resource) is never known, and
-// never waited for. O(len(requested)).
-func WithoutHealthyDevices(requested []string, known func(resource string) bool, healthy map[string]int64) []string {
-	var out []string
-	for _, r := range requested {
-		if known(r) && healthy[r] == 0 && !slices.Contains(out, r) {
-			out = append(out, r)
+// WithoutHealthyDevices returns, sorted, the device-plugin resources the
+// containers ask devices of (devicedemand.Containers, with only the
+// resources the device manager knows: their plugins registered) that have
+// no healthy device. Under the topology manager's restricted and
+// single-numa-node policies a pod short of such a resource is refused
+// before the device manager allocates: the device manager has no hint
+// for it, and the refusal is TopologyAffinityError, which names no
+// resource; these are the ones it waits for. O(containers × resources).
+func WithoutHealthyDevices(containers []devicedemand.Container, healthy map[string]int64) []string {
+	out := sets.New[string]()
+	for _, c := range containers {
+		for r := range c.Devices {
+			if healthy[r] == 0 {
+				out.Insert(r)
+			}
 		}
 	}
-	slices.Sort(out)
-	return out
+	return sets.List(out)
 }
 
 // Held is a pod waiting for device plugins, or for the pods preempted for

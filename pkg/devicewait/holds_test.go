@@ -1,6 +1,7 @@
 package devicewait
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/critlet/critlet/pkg/devicedemand"
 	"github.com/critlet/critlet/pkg/readmission"
 )
 
@@ -255,25 +259,42 @@ func TestHoldPreemptingIgnoresTheWindow(t *testing.T) {
 	}
 }
 
-// Waited for under a topology policy: each requested resource the device
-// manager knows with no healthy device, once; not one with healthy
-// devices, nor one no plugin serves.
+// Waited for under a topology policy: each resource a container asks
+// devices of that the device manager knows with no healthy device, once;
+// not one with healthy devices, nor one no plugin serves (a node's
+// extended resource).
 func TestWithoutHealthyDevices(t *testing.T) {
 	known := func(r string) bool { return r == widget || r == gadget }
 	healthy := map[string]int64{gadget: 2}
+	pod := func(containers ...v1.ResourceList) *v1.Pod {
+		p := &v1.Pod{}
+		for i, l := range containers {
+			c := v1.Container{Name: fmt.Sprint("c", i), Resources: v1.ResourceRequirements{Limits: l}}
+			if i == 0 {
+				p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+				continue
+			}
+			p.Spec.Containers = append(p.Spec.Containers, c)
+		}
+		return p
+	}
+	one := resource.MustParse("1")
 	for _, tc := range []struct {
-		requested, want []string
+		pod  *v1.Pod
+		want []string
 	}{
-		{[]string{gadget, widget, widget}, []string{widget}},
-		{[]string{gadget}, nil},
-		{[]string{"example.com/node-extended", widget}, []string{widget}},
-		{nil, nil},
+		{pod(v1.ResourceList{widget: one}, v1.ResourceList{gadget: one, widget: one}), []string{widget}},
+		{pod(v1.ResourceList{}, v1.ResourceList{gadget: one}), nil},
+		{pod(v1.ResourceList{"example.com/node-extended": one}, v1.ResourceList{widget: one}), []string{widget}},
+		{pod(), nil},
 	} {
-		if got := WithoutHealthyDevices(tc.requested, known, healthy); !slices.Equal(got, tc.want) {
-			t.Errorf("requested %v: %v, want %v", tc.requested, got, tc.want)
+		containers := devicedemand.Containers(tc.pod, known, func(string) map[string]int64 { return nil })
+		if got := WithoutHealthyDevices(containers, healthy); !slices.Equal(got, tc.want) {
+			t.Errorf("pod %+v: %v, want %v", tc.pod.Spec, got, tc.want)
 		}
 	}
-	if got := WithoutHealthyDevices([]string{gadget, widget}, known, nil); !slices.Equal(got, []string{gadget, widget}) {
+	containers := devicedemand.Containers(pod(v1.ResourceList{widget: one}, v1.ResourceList{gadget: one}), known, func(string) map[string]int64 { return nil })
+	if got := WithoutHealthyDevices(containers, nil); !slices.Equal(got, []string{gadget, widget}) {
 		t.Errorf("no healthy device at all: %v, want both, sorted", got)
 	}
 }

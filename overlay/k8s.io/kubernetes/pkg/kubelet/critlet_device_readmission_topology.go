@@ -27,6 +27,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
+	"github.com/critlet/critlet/pkg/devicedemand"
 	"github.com/critlet/critlet/pkg/devicewait"
 )
 
@@ -105,24 +106,8 @@ func (kl *Kubelet) critletAwayPlugins(logger klog.Logger, pod *v1.Pod, reason, m
 			return nil
 		}
 		known := func(r string) bool { _, ok := registered[r]; return ok }
-		return devicewait.WithoutHealthyDevices(critletRequestedResources(pod), known, kl.critletHealthyDevices(logger))
+		containers := devicedemand.Containers(pod, known, func(string) map[string]int64 { return nil })
+		return devicewait.WithoutHealthyDevices(containers, kl.critletHealthyDevices(logger))
 	}
 	return nil
-}
-
-// critletRequestedResources lists the resources pod's containers, init
-// containers included, request or limit (a device's request defaults to
-// its limit).
-func critletRequestedResources(pod *v1.Pod) []string {
-	var out []string
-	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range cs {
-			for _, l := range []v1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
-				for r := range l {
-					out = append(out, string(r))
-				}
-			}
-		}
-	}
-	return out
 }

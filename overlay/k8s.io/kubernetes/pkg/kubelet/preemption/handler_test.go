@@ -370,26 +370,33 @@ func TestHandleDeviceShortfallWeighsHeldDevices(t *testing.T) {
 	}
 }
 
+const nic = v1.ResourceName("example.com/nic")
+
+// gpuNicShortfall is a critical pod short of one gpu and one nic.
+var gpuNicShortfall = []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1), insufficientOf(nic, 1)}
+
+// gpuNicHolder is a pod requesting gpus and nics: Burstable (100m, 64Mi)
+// when qos, BestEffort otherwise.
+func gpuNicHolder(name string, qos bool, gpus, nics int64) *v1.Pod {
+	p := castPod(name, "", "", false, nil)
+	if qos {
+		p = castPod(name, "100m", "64Mi", false, nil)
+	}
+	if p.Spec.Containers[0].Resources.Requests == nil {
+		p.Spec.Containers[0].Resources.Requests = v1.ResourceList{}
+	}
+	p.Spec.Containers[0].Resources.Requests[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	p.Spec.Containers[0].Resources.Requests[nic] = *resource.NewQuantity(nics, resource.DecimalSI)
+	return p
+}
+
 // For a device shortfall, a full tie is broken for the fewest victims:
 // both Burstable pods free the gpu the BestEffort pod cannot, and the
 // stock kubelet takes the later one, whose nic the BestEffort pod must
 // then free too; the earlier one frees both alone.
 func TestHandleDeviceShortfallBreaksTiesForFewestVictims(t *testing.T) {
-	const gpu, nic = v1.ResourceName("example.com/gpu"), v1.ResourceName("example.com/nic")
-	holding := func(name string, qos bool, gpus, nics int64) *v1.Pod {
-		p := castPod(name, "100m", "64Mi", false, nil)
-		if !qos {
-			p = castPod(name, "", "", false, nil)
-		}
-		if p.Spec.Containers[0].Resources.Requests == nil {
-			p.Spec.Containers[0].Resources.Requests = v1.ResourceList{}
-		}
-		p.Spec.Containers[0].Resources.Requests[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
-		p.Spec.Containers[0].Resources.Requests[nic] = *resource.NewQuantity(nics, resource.DecimalSI)
-		return p
-	}
-	pods := []*v1.Pod{holding("both", true, 2, 2), holding("nic-only", false, 0, 1), holding("gpus-only", true, 3, 0)}
-	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1), insufficientOf(nic, 1)}
+	pods := []*v1.Pod{gpuNicHolder("both", true, 2, 2), gpuNicHolder("nic-only", false, 0, 1), gpuNicHolder("gpus-only", true, 3, 0)}
+	reasons := gpuNicShortfall
 	byRequest := func(*v1.Pod, v1.ResourceName) (int64, bool) { return 0, false }
 	run := func(device bool) []string {
 		k := &recordingKill{}
@@ -417,21 +424,8 @@ func TestHandleDeviceShortfallBreaksTiesForFewestVictims(t *testing.T) {
 // the tie of TestHandleDeviceShortfallBreaksTiesForFewestVictims, where
 // upstream's rule takes two pods and one would do.
 func TestDeviceShortfallReplanBreaksTiesForFewestVictims(t *testing.T) {
-	const gpu, nic = v1.ResourceName("example.com/gpu"), v1.ResourceName("example.com/nic")
-	holding := func(name string, qos bool, gpus, nics int64) *v1.Pod {
-		p := castPod(name, "", "", false, nil)
-		if qos {
-			p = castPod(name, "100m", "64Mi", false, nil)
-		}
-		if p.Spec.Containers[0].Resources.Requests == nil {
-			p.Spec.Containers[0].Resources.Requests = v1.ResourceList{}
-		}
-		p.Spec.Containers[0].Resources.Requests[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
-		p.Spec.Containers[0].Resources.Requests[nic] = *resource.NewQuantity(nics, resource.DecimalSI)
-		return p
-	}
-	pods := []*v1.Pod{holding("stuck", false, 1, 1), holding("both", true, 2, 2), holding("nic-only", false, 0, 1), holding("gpus-only", true, 3, 0)}
-	reasons := []lifecycle.PredicateFailureReason{insufficientOf(gpu, 1), insufficientOf(nic, 1)}
+	pods := []*v1.Pod{gpuNicHolder("stuck", false, 1, 1), gpuNicHolder("both", true, 2, 2), gpuNicHolder("nic-only", false, 0, 1), gpuNicHolder("gpus-only", true, 3, 0)}
+	reasons := gpuNicShortfall
 	byRequest := func(*v1.Pod, v1.ResourceName) (int64, bool) { return 0, false }
 	k := &recordingKill{also: func(p *v1.Pod) error {
 		if p.Name == "stuck" {
